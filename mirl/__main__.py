@@ -1,0 +1,5 @@
+import sys
+
+from mirl.cli import main
+
+sys.exit(main())

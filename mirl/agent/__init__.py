@@ -1,0 +1,1 @@
+"""The terminal-agent harness: steps, episodes, trajectories."""

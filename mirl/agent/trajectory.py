@@ -1,0 +1,70 @@
+"""Trajectory records: what one episode of an agent in a sandbox did, step by step.
+
+Stored as one JSON object per line (see `mirl.jsonl`), loadable into pandas with
+`mirl.agent.trajectory.steps_frame`. A step with no runnable command keeps `command=None`: such
+steps are data (one of the misbehaviors studied), not noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Step:
+    """One agent step: a reasoning block and at most one bash command, with what running it gave."""
+
+    reasoning: str
+    command: str | None  # None when the reply had no runnable command
+    output: str = ""  # what the agent was shown (for command=None: the format error message)
+    exit_code: int | None = None
+    duration_s: float = 0.0
+    timed_out: bool = False
+    input_tokens: int = 0
+    output_tokens: int = 0
+    source: Literal["policy", "teacher", "prefix", "reference"] = "policy"
+    raw: str = ""  # the model's full reply, as it came
+    meta: dict[str, Any] = field(default_factory=dict)  # e.g. localizer verdicts attached by profiling
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Step":
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        return cls(**known)
+
+
+@dataclass
+class Trajectory:
+    """One episode: task, seed, models, steps, reward and timings."""
+
+    task: str
+    seed: int
+    models: dict[str, str]  # role -> model name, e.g. {"policy": "local/smollm2"}
+    instruction: str = ""
+    steps: list[Step] = field(default_factory=list)
+    reward: float | None = None
+    verifier_tail: str = ""
+    verifier_error: str | None = None
+    exit_reason: str = ""  # submitted | step_limit | agent_timeout | token_limit | error | discarded
+    error: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)  # model_s, sandbox_s, verify_s, total_s
+    prefix_len: int = 0  # steps restored from a prefix before the agent took over
+    sandbox: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    schema: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+        d = dict(d)
+        steps = [Step.from_dict(s) for s in d.pop("steps", [])]
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        return cls(steps=steps, **known)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.task, self.seed)

@@ -1,0 +1,1 @@
+"""Sub-commands of the `mirl` CLI, one module per noun; see `mirl.cli`."""

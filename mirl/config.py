@@ -1,0 +1,136 @@
+"""Typed parameters: one dataclass per stage, loaded from params YAML plus overrides.
+
+Notebooks receive flat literals from papermill (which may coerce types); `load_params` turns them
+into a typed object, rejecting unknown keys and wrong types with a message naming the key, so a
+typo in a params file fails at once instead of silently running the default.
+Every field carries its help text in `field(metadata={"help": ...})`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ParamsError(ValueError):
+    """A params file or override that does not fit the stage's config dataclass."""
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(key, value, arg)
+            except ParamsError as e:
+                errors.append(str(e))
+        raise ParamsError(errors[0] if errors else f"{key}: cannot be {value!r}")
+    if origin is typing.Literal:
+        if value not in typing.get_args(tp):
+            raise ParamsError(f"{key}: must be one of {list(typing.get_args(tp))}, got {value!r}")
+        return value
+    if origin in (list, tuple):
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ParamsError(f"{key}: must be a list, got {type(value).__name__} {value!r}")
+        (item_tp, *_) = typing.get_args(tp) or (Any,)
+        return [_coerce(f"{key}[{i}]", v, item_tp) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ParamsError(f"{key}: must be a mapping, got {type(value).__name__} {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise ParamsError(f"{key}: must be true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ParamsError(f"{key}: must be an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise ParamsError(f"{key}: must be an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, bool):
+            raise ParamsError(f"{key}: must be a number, got {value!r}")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ParamsError(f"{key}: must be a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ParamsError(f"{key}: must be a string, got {type(value).__name__} {value!r}")
+    if tp is Path:
+        return Path(str(value))
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ParamsError(f"{key}: must be a mapping, got {value!r}")
+        return build(tp, value, prefix=f"{key}.")
+    return value
+
+
+def build(cls: type[T], values: dict[str, Any], prefix: str = "") -> T:
+    """Make `cls` from a mapping, checking every key and type; errors name the offending key."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ParamsError(
+            f"unknown parameter(s) {', '.join(prefix + k for k in unknown)} for {cls.__name__}; "
+            f"known: {', '.join(sorted(known))}"
+        )
+    kwargs = {name: _coerce(prefix + name, value, hints[name]) for name, value in values.items()}
+    return cls(**kwargs)
+
+
+def load_params(cls: type[T], path: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                section: str | None = None) -> T:
+    """Load `cls` from a YAML file (optionally one top-level section of it), then apply overrides."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ParamsError(f"{path}: must be a mapping of parameter names to values")
+        if section is not None:
+            data = data.get(section, {}) or {}
+        values.update(data)
+    values.update(overrides or {})
+    return build(cls, values)
+
+
+def help_text(cls: type) -> dict[str, str]:
+    """Field name -> help text, for CLIs and docs."""
+    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    return dataclasses.asdict(obj)

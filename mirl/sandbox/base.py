@@ -1,0 +1,169 @@
+"""The Sandbox contract, shared by the docker, bwrap and local backends.
+
+- `Sandbox.start(task)` returns a `Session` on a fresh copy of the task's environment: the image
+  built from `environment/Dockerfile` (or the task's image), task files at their COPY targets,
+  the working directory at the Dockerfile's WORKDIR, `/logs/verifier` present and empty.
+- `Session.run(command, timeout)` runs `bash -c command` in WORKDIR and returns a `CommandResult`:
+  stdout and stderr interleaved as a terminal would show them, the exit code, the duration and a
+  `timed_out` flag. **Each command is a fresh shell** (as in mini-swe-agent): `cd` and `export`
+  do not carry over, files and background processes do. This keeps replaying a prefix
+  deterministic: a step means the same thing whatever ran before it in the same shell.
+- The call returns when the command's shell exits, even if a background child keeps the output
+  pipe open (a started service must not hang the agent).
+- A command that outlives `timeout` (default 120 s) is killed with its whole process tree,
+  background children included, and the call returns within timeout + 2 s with `timed_out=True`
+  and exit code 124.
+- Output is capped at `SandboxConfig.output_limit` characters (10,000 by default): the head and
+  the tail are kept with a marker saying how much was elided. A 1 GB flood neither hangs nor
+  exhausts memory. Bytes that are not UTF-8 are shown with replacement characters.
+- `Session.verify()` runs only after the agent is done: it copies the task's `tests/` to `/tests`,
+  runs the test script (`bash /tests/test.sh`; Terminal-Bench 1: `bash /tests/run-tests.sh`) under
+  the task's verifier timeout and reads `/logs/verifier/reward.txt` (a float) or `reward.json`
+  (`{"reward": x}`). A missing or unreadable reward file scores 0 and is recorded as a verifier
+  error. Terminal-Bench 1 tasks, which write no reward file, score 1 when the script exits 0.
+- `Session.close()` always cleans up (container, mounts, temp dirs, processes); sessions are
+  context managers and closing twice is harmless.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from mirl.tasks import Task
+
+DEFAULT_COMMAND_TIMEOUT_S = 120.0
+DEFAULT_OUTPUT_LIMIT = 10_000
+TIMEOUT_EXIT_CODE = 124
+
+
+class SandboxError(RuntimeError):
+    """A sandbox could not be built or started; the message says what to install or change."""
+
+
+@dataclass
+class CommandResult:
+    output: str
+    exit_code: int
+    duration_s: float
+    timed_out: bool = False
+    truncated: bool = False
+
+
+@dataclass
+class VerifyResult:
+    reward: float
+    exit_code: int
+    duration_s: float
+    tail: str  # the last lines of the verifier's output
+    error: str | None = None  # set when the reward could not be read (reward is then 0)
+    timed_out: bool = False
+
+
+@dataclass
+class SandboxConfig:
+    """How sandboxes are made; the same fields for every backend."""
+
+    backend: str = field(default="auto", metadata={"help": "auto | docker | bwrap | local"})
+    command_timeout_s: float = field(default=DEFAULT_COMMAND_TIMEOUT_S, metadata={"help": "default per-command timeout"})
+    output_limit: int = field(default=DEFAULT_OUTPUT_LIMIT, metadata={"help": "characters of command output kept (head + tail)"})
+    allow_internet: bool = field(default=False, metadata={"help": "let tasks that ask for network have it"})
+    base_image: str = field(default="mirl-base", metadata={"help": "local base image substituted for unpullable FROM images"})
+    verifier_tail_lines: int = field(default=40, metadata={"help": "lines of verifier output kept in results"})
+
+
+@runtime_checkable
+class Session(Protocol):
+    task: Task
+
+    def run(self, command: str, timeout: float | None = None) -> CommandResult: ...
+
+    def verify(self) -> VerifyResult: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "Session": ...
+
+    def __exit__(self, *exc) -> None: ...
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    name: str
+    config: SandboxConfig
+
+    def start(self, task: Task) -> Session: ...
+
+
+class HeadTailBuffer:
+    """Keeps the first and last `limit // 2` bytes of a stream of any size in bounded memory."""
+
+    def __init__(self, limit: int = DEFAULT_OUTPUT_LIMIT):
+        self.limit = max(2, limit)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        half = self.limit // 2
+        room = half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > 2 * half:  # amortise trimming
+                del self.tail[: len(self.tail) - half]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + min(len(self.tail), self.limit // 2)
+
+    def text(self) -> str:
+        half = self.limit // 2
+        tail = bytes(self.tail[-half:]) if len(self.tail) > half else bytes(self.tail)
+        head = bytes(self.head).decode("utf-8", errors="replace")
+        if not self.truncated:
+            return head + tail.decode("utf-8", errors="replace")
+        elided = self.total - len(self.head) - len(tail)
+        return (
+            head.rstrip("\ufffd")
+            + f"\n[... {elided} bytes of output elided ...]\n"
+            + tail.decode("utf-8", errors="replace").lstrip("\ufffd")
+        )
+
+
+def tail_lines(text: str, n: int) -> str:
+    return "\n".join(text.splitlines()[-n:])
+
+
+def parse_reward(reward_txt: str | None, reward_json: str | None) -> tuple[float, str | None]:
+    """Reward from the verifier's files: (reward, error). reward.txt wins over reward.json."""
+    import json
+    import math
+
+    if reward_txt is not None and reward_txt.strip():
+        try:
+            value = float(reward_txt.strip().split()[0])
+            if math.isfinite(value):
+                return value, None
+        except ValueError:
+            pass
+        return 0.0, f"reward.txt is not a number: {reward_txt.strip()[:80]!r}"
+    if reward_json is not None and reward_json.strip():
+        try:
+            data = json.loads(reward_json)
+            value = float(data["reward"] if isinstance(data, dict) else data)
+            if math.isfinite(value):
+                return value, None
+        except (ValueError, KeyError, TypeError):
+            pass
+        return 0.0, f"reward.json has no numeric reward: {reward_json.strip()[:80]!r}"
+    return 0.0, "no reward file written to /logs/verifier (reward.txt or reward.json)"
+
+
+def user_cache_dir() -> str:
+    """Where built images and root filesystems live: $MIRL_CACHE or ~/.cache/mirl."""
+    return os.environ.get("MIRL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "mirl")
