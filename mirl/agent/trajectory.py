@@ -68,3 +68,58 @@ class Trajectory:
     @property
     def key(self) -> tuple[str, int]:
         return (self.task, self.seed)
+
+
+# --- loading and tables ---------------------------------------------------------------------------
+
+
+def load_trajectories(path) -> list[Trajectory]:
+    """Every complete trajectory in a JSONL file (a torn last line from a kill is skipped)."""
+    from mirl.jsonl import read_jsonl
+
+    records, _ = read_jsonl(path)
+    return [Trajectory.from_dict(r) for r in records]
+
+
+def _as_trajectories(data) -> list[Trajectory]:
+    if isinstance(data, (str, bytes)) or hasattr(data, "__fspath__"):
+        return load_trajectories(data)
+    return [t if isinstance(t, Trajectory) else Trajectory.from_dict(t) for t in data]
+
+
+def trajectories_frame(data):
+    """One row per episode: key, outcome, step counts, tokens and timings (a pandas DataFrame).
+
+    `data` is a JSONL path or a list of `Trajectory` / record dicts.
+    """
+    import pandas as pd
+
+    rows = []
+    for t in _as_trajectories(data):
+        own = [s for s in t.steps if s.source != "prefix"]
+        rows.append({
+            "task": t.task, "seed": t.seed, "policy": t.models.get("policy", ""), "reward": t.reward,
+            "exit_reason": t.exit_reason, "n_steps": len(t.steps), "prefix_len": t.prefix_len,
+            "n_format_errors": sum(s.command is None for s in own),
+            "n_teacher_steps": sum(s.source == "teacher" for s in own),
+            "input_tokens": sum(s.input_tokens for s in own), "output_tokens": sum(s.output_tokens for s in own),
+            "verifier_error": t.verifier_error, "error": t.error, "sandbox": t.sandbox,
+            **{k: v for k, v in t.timings.items()},
+        })
+    return pd.DataFrame(rows)
+
+
+def steps_frame(data):
+    """One row per step with its episode's key and outcome (a pandas DataFrame)."""
+    import pandas as pd
+
+    rows = []
+    for t in _as_trajectories(data):
+        for i, s in enumerate(t.steps):
+            rows.append({
+                "task": t.task, "seed": t.seed, "step": i, "source": s.source, "reasoning": s.reasoning,
+                "command": s.command, "output": s.output, "exit_code": s.exit_code, "duration_s": s.duration_s,
+                "timed_out": s.timed_out, "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
+                "format_error": s.command is None, "reward": t.reward, "exit_reason": t.exit_reason,
+            })
+    return pd.DataFrame(rows)

@@ -1,0 +1,40 @@
+"""Parameters of one agent episode (`AgentConfig`); the rollout runner's are in `mirl.agent.rollout`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
+@dataclass
+class AgentConfig:
+    """How the agent talks to its model and when an episode ends."""
+
+    action_format: Literal["text", "tool"] = field(
+        default="text",
+        metadata={"help": "text: one fenced ```bash block in the reply (mini-swe-agent text mode); "
+                          "tool: one `bash` tool call (mini-swe-agent tool-calling mode, TMax)"},
+    )
+    max_steps: int = field(default=64, metadata={"help": "step limit, counting restored prefix steps"})
+    agent_timeout_s: float | None = field(
+        default=None, metadata={"help": "wall-clock limit of the agent's turn; None: the task's agent timeout"})
+    max_context_tokens: int = field(
+        default=32768, metadata={"help": "end the episode when the next prompt would reach this many tokens"})
+    command_timeout_s: float = field(default=120.0, metadata={"help": "per-command timeout in the sandbox"})
+    temperature: float | None = field(
+        default=None, metadata={"help": "sampling temperature passed to the model; None: the model's default"})
+    max_output_tokens: int | None = field(
+        default=None, metadata={"help": "cap on tokens per reply passed to the model; None: the model's default"})
+    pass_seed: bool = field(
+        default=True, metadata={"help": "pass the episode seed to the model so episodes differ reproducibly"})
+    verify: bool = field(default=True, metadata={"help": "run the task's tests after the episode for the reward"})
+    on_restore_mismatch: Literal["continue", "discard"] = field(
+        default="continue",
+        metadata={"help": "when a prefix command's output does not reproduce (normalized): go on, or discard"},
+    )
+    system_prompt: str = field(
+        default="", metadata={"help": "system prompt template; empty: the built-in one for action_format"})
+    instance_prompt: str = field(
+        default="", metadata={"help": "first user message template ({instruction}); empty: the built-in one"})

