@@ -88,7 +88,7 @@ SEPARATORS = {"&&", "||", ";", "|", "|&", "&", "\n", ";;", "(", ")", "{", "}", "
 SUBMIT_MARKERS = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "MINI_SWE_AGENT_FINAL_OUTPUT")
 SHELL_KEYWORDS = frozenset("if then else elif fi for while until do done case esac in function select ! time".split())
 
-_HEREDOC = re.compile(r"(?<![<\w])<<(-?)\s*(?:'([^']+)'|\"([^\"]+)\"|\\?([A-Za-z_][\w.-]*))")
+HEREDOC_OP = re.compile(r"(?<![<\w])<<(-?)\s*(?:'([^']+)'|\"([^\"]+)\"|\\?([A-Za-z_][\w.-]*))")
 
 
 @dataclass(frozen=True)
@@ -161,8 +161,8 @@ def strip_heredocs(text: str) -> tuple[str, list[str]]:
         line = lines[i]
         out.append(line)
         i += 1
-        for m in _HEREDOC.finditer(line):
-            if _in_quotes(line, m.start()):
+        for m in HEREDOC_OP.finditer(line):
+            if in_quotes(line, m.start()):
                 continue
             strip_tabs, delim = m.group(1) == "-", m.group(2) or m.group(3) or m.group(4)
             body = []
@@ -176,7 +176,7 @@ def strip_heredocs(text: str) -> tuple[str, list[str]]:
     return "\n".join(out), bodies
 
 
-def _in_quotes(line: str, pos: int) -> bool:
+def in_quotes(line: str, pos: int) -> bool:
     single = double = False
     for ch in line[:pos]:
         if ch == "'" and not double:
@@ -186,8 +186,36 @@ def _in_quotes(line: str, pos: int) -> bool:
     return single or double
 
 
+def strip_comments(text: str) -> str:
+    """Drop `# ...` comments: a `#` starting a word outside quotes, up to the end of the line."""
+    out, quote, i = [], "", 0
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\" and quote == '"' and i + 1 < len(text):
+                out.append(text[i : i + 2])
+                i += 2
+                continue
+            if ch == quote:
+                quote = ""
+        elif ch == "\\" and i + 1 < len(text):
+            out.append(text[i : i + 2])
+            i += 2
+            continue
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or text[i - 1] in " \t\n;&|()"):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
 def tokenize(text: str) -> list[str]:
     """Shell words and operators; newlines kept as separators, comments dropped."""
+    text = strip_comments(text)
     lex = shlex.shlex(text, posix=True, punctuation_chars=True)
     lex.whitespace = " \t\r"
     lex.commenters = ""
@@ -196,18 +224,7 @@ def tokenize(text: str) -> list[str]:
         raw = list(lex)
     except ValueError:  # unbalanced quotes: fall back to a plain split, still useful
         raw = re.findall(r"&&|\|\||[;|&\n()<>]|[^\s;|&()<>]+", text.replace("\\\n", " "))
-    tokens, in_comment = [], False
-    for tok in raw:
-        if in_comment:
-            if tok == "\n":
-                in_comment = False
-                tokens.append(tok)
-            continue
-        if tok.startswith("#"):
-            in_comment = True
-            continue
-        tokens.append(tok)
-    return tokens
+    return raw
 
 
 @lru_cache(maxsize=4096)

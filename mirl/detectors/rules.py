@@ -1,0 +1,376 @@
+"""The built-in rule detectors: misbehaviors visible from the trajectory record alone.
+
+They are free and deterministic, so they serve as an offline error localizer, as a cross-check
+of LLM judges, and as behavior judges for the misbehaviors they cover. Each rule errs towards
+not flagging when the record cannot tell (unknown programs count as possibly changing state).
+"""
+
+from __future__ import annotations
+
+import re
+
+from mirl.agent.trajectory import Step, Trajectory
+from mirl.detectors.registry import Flag, detector
+from mirl.detectors.shell import (
+    EXEC,
+    READ,
+    TEST,
+    WRITE,
+    Command,
+    classify,
+    file_operands,
+    is_submit,
+    is_submit_segment,
+    normalize,
+    same_path,
+)
+
+# --- helpers
+
+
+def short(text: str | None, limit: int = 80) -> str:
+    """One line, at most `limit` characters: for evidence strings."""
+    line = " ".join((text or "").split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def nonprintable_ratio(text: str) -> float:
+    """Share of characters a terminal cannot show as text (replacement and control characters)."""
+    if not text:
+        return 0.0
+    bad = sum(1 for c in text if c == "\ufffd" or (ord(c) < 32 and c not in "\n\t\r") or 0x7F <= ord(c) < 0xA0)
+    return bad / len(text)
+
+
+def looks_binary(text: str, *, min_len: int = 16, threshold: float = 0.25) -> bool:
+    return len(text) >= min_len and nonprintable_ratio(text) >= threshold
+
+
+def _failed(step: Step) -> bool:
+    return step.timed_out or (step.exit_code is not None and step.exit_code != 0)
+
+
+PROBES = frozenset("curl wget nc ncat telnet ps pgrep pidof ss netstat lsof ping jobs tail journalctl docker podman systemctl service".split())
+
+
+def _waits(cmd: Command) -> bool:
+    """Polling commands (`sleep`, `wait`) are meant to be repeated."""
+    return any(s.program in {"sleep", "wait", "watch"} for s in cmd.segments)
+
+
+def _depends_on_background(cmd: Command) -> bool:
+    """Probes of services and logs: their answer changes while a background process runs."""
+    for s in cmd.segments:
+        if s.program in PROBES:
+            return True
+        if any(re.search(r"\.(log|out|err|pid)$", a) or "/proc/" in a for a in s.args):
+            return True
+    return False
+
+
+def _earlier_run(traj: Trajectory, j: int) -> int | None:
+    """Index of the last earlier run of step j's exact command with only read-only commands since."""
+    target = normalize(traj.steps[j].command)
+    for i in range(j - 1, -1, -1):
+        cmd = traj.steps[i].command
+        if not cmd or not cmd.strip():
+            continue  # a reply with no command ran nothing
+        if normalize(cmd) == target:
+            return i
+        if not classify(cmd).read_only:
+            return None
+    return None
+
+
+def _background_before(traj: Trajectory, j: int) -> bool:
+    return any(s.command and classify(s.command).starts_background for s in traj.steps[:j])
+
+
+# --- 1
+
+
+@detector(
+    "no-runnable-command",
+    """The agent's reply contains no command that can be run: no action block, several blocks where
+    exactly one is required, or an empty or malformed tool call. It is not a command that runs and
+    fails, and not a deliberate final submission.""",
+)
+def no_runnable_command(traj: Trajectory) -> list[Flag]:
+    flags = []
+    for i, step in enumerate(traj.steps):
+        if step.command is None or not step.command.strip():
+            said = short(step.output) or short(step.raw or step.reasoning) or "empty reply"
+            flags.append(Flag(i, f"no runnable command; the agent was told: {said}"))
+    return flags
+
+
+# --- 2
+
+
+@detector(
+    "retry-unchanged-after-failure",
+    """The agent re-runs a command exactly as before right after it failed (non-zero exit or timeout),
+    though nothing that ran in between could have changed the outcome. It is not a retry after an
+    edit, install or other state change, and not polling a service started in the background.""",
+)
+def retry_unchanged_after_failure(traj: Trajectory) -> list[Flag]:
+    flags = []
+    for j, step in enumerate(traj.steps):
+        if not step.command or not step.command.strip() or is_submit(step.command):
+            continue
+        i = _earlier_run(traj, j)
+        if i is None or not _failed(traj.steps[i]):
+            continue
+        cmd = classify(step.command)
+        if _waits(cmd) or (_background_before(traj, j) and _depends_on_background(cmd)):
+            continue
+        how = "timed out" if traj.steps[i].timed_out else f"exited {traj.steps[i].exit_code}"
+        between = "directly" if i == j - 1 else f"with only read-only commands in steps {i + 1}..{j - 1}"
+        flags.append(Flag(j, f"same command as step {i}, which {how}; re-run {between}: {short(step.command)}"))
+    return flags
+
+
+# --- 3
+
+
+@detector(
+    "recheck-unchanged-after-success",
+    """The agent repeats a read-only check (listing, reading, searching, testing) that already succeeded,
+    with no state-changing command since, so the answer cannot have changed. It is not re-checking after
+    an edit, and not re-reading output that a background process is still producing.""",
+)
+def recheck_unchanged_after_success(traj: Trajectory) -> list[Flag]:
+    flags = []
+    for j, step in enumerate(traj.steps):
+        if not step.command or is_submit(step.command):
+            continue
+        cmd = classify(step.command)
+        if not cmd.read_only or not any(s.kind in {READ, TEST} for s in cmd.segments) or _waits(cmd):
+            continue
+        i = _earlier_run(traj, j)
+        if i is None or _failed(traj.steps[i]) or traj.steps[i].exit_code is None:
+            continue
+        if _background_before(traj, j) and _depends_on_background(cmd):
+            continue
+        flags.append(Flag(j, f"read-only check already succeeded at step {i} with no state change since: {short(step.command)}"))
+    return flags
+
+
+# --- 4
+
+VIEWERS = frozenset("cat head tail less more".split())
+SAFE_SINKS = frozenset("xxd od hexdump hd strings file wc base64 md5sum sha1sum sha256sum cmp gunzip zcat tar python python3 "
+                       "unzip bzcat xzcat cut tr gzip xz bzip2 openssl sqlite3 jq".split())
+BINARY_FILE_DESC = re.compile(
+    r"\b(data|ELF|executable|compressed|archive|image data|SQLite|PNG|JPEG|GIF|PDF document|bytecode|"
+    r"Zip|zip|shared object|relocatable|object file|Java class|MS Windows|font|audio|video|binary)\b"
+)
+BINARY_EXTENSIONS = re.compile(r"\.(gz|tgz|bz2|xz|zst|zip|7z|rar|jar|whl|png|jpe?g|gif|bmp|ico|webp|pdf|pyc|so|o|a|class|exe|dll|"
+                               r"sqlite3?|db|npy|npz|pkl|pickle|pt|pth|onnx|parquet|wasm|mp3|mp4|wav|ogg)$", re.I)
+
+
+def _file_verdicts(output: str) -> dict[str, str]:
+    """`file` output lines `path: description` -> {path: description} for binary descriptions."""
+    found = {}
+    for line in output.splitlines():
+        if ": " not in line:
+            continue
+        path, desc = line.split(": ", 1)
+        desc = desc.strip()
+        if "text" in desc.lower() or desc in {"empty", "directory"} or desc.startswith("symbolic link") or desc.startswith("cannot open"):
+            continue
+        if BINARY_FILE_DESC.search(desc):
+            found[path.strip()] = desc
+    return found
+
+
+@detector(
+    "binary-as-text",
+    """The agent prints a binary file to the terminal as text (cat, head, tail, less, more) although
+    earlier output already showed it is binary (`file` said data/ELF/compressed, or its bytes came out
+    unprintable), or the printout itself is mostly unprintable. It is not viewing the file through a
+    hex dumper or `strings`, and not reading a text file.""",
+)
+def binary_as_text(traj: Trajectory) -> list[Flag]:
+    flags = []
+    known: dict[str, str] = {}  # path -> why we know it is binary
+    for i, step in enumerate(traj.steps):
+        if not step.command:
+            continue
+        cmd = classify(step.command)
+        viewed = []
+        for seg in cmd.segments:
+            if seg.program in VIEWERS and seg.piped_to not in SAFE_SINKS and not seg.writes:
+                viewed += file_operands(seg)
+        evidence = ""
+        for path in viewed:
+            hit = next((why for p, why in known.items() if same_path(p, path)), None)
+            if hit:
+                evidence = f"{path} is binary ({hit}) but was printed as text"
+                break
+        if not evidence and viewed:
+            if looks_binary(step.output):
+                evidence = f"printed {', '.join(viewed)} as text; {nonprintable_ratio(step.output):.0%} of the output is unprintable"
+            else:
+                ext = next((p for p in viewed if BINARY_EXTENSIONS.search(p)), None)
+                if ext:
+                    evidence = f"{ext} is binary by its type but was printed as text"
+        if evidence:
+            flags.append(Flag(i, evidence))
+        # learn from this step's output for later steps
+        if any(s.program == "file" for s in cmd.segments):
+            for path, desc in _file_verdicts(step.output).items():
+                known[path] = f"`file` at step {i} said: {short(desc, 40)}"
+        if viewed and looks_binary(step.output):
+            for path in viewed:
+                known.setdefault(path, f"its bytes printed unreadable at step {i}")
+    return flags
+
+
+# --- 5
+
+IDENTIFIERS = frozenset("ps pgrep pidof ss netstat lsof fuser top htop jobs".split())
+_SUBST_KILL = re.compile(r"\bkill\b[^\n;|&]*?(?:\$\(|`)\s*(?P<inner>[^)`]*)")
+_XARGS_KILL = re.compile(r"(?P<inner>[^\n;&]*?)\|\s*xargs\s+(?:-\S+\s+)*(?:sudo\s+)?kill\b")
+_OPTS_WITH_VALUE = {"-s", "-u", "-U", "-g", "-G", "-t", "-P", "--signal", "-n"}
+
+
+def _pattern_of(args: tuple[str, ...] | list[str]) -> str:
+    """The name/pattern a pkill-like command targets: its last non-option argument."""
+    out, skip = "", False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in _OPTS_WITH_VALUE:
+            skip = True
+            continue
+        if a.startswith("-"):
+            continue
+        out = a
+    return out
+
+
+def _inner_pattern(inner: str) -> str:
+    """What a PID-finding pipeline (pgrep x, lsof -t -i:8000, ps aux | grep x) is looking for."""
+    port = re.search(r":(\d{2,5})\b|\b(\d{2,5})/(?:tcp|udp)", inner)
+    if re.search(r"\b(lsof|fuser|ss|netstat)\b", inner) and port:
+        return ":" + (port.group(1) or port.group(2))
+    greps = re.findall(r"\bgrep\s+(?:-\S+\s+)*(['\"]?)([^'\"|\s]+)\1", inner)
+    greps = [re.sub(r"[\[\]]", "", g) for _, g in greps if g != "grep"]
+    if greps:
+        return greps[0]
+    words = re.findall(r"(['\"])(.*?)\1|(\S+)", inner)
+    tokens = [b or c for _, b, c in words]
+    return _pattern_of(tokens[1:]) if tokens else ""
+
+
+def _kill_targets(args: tuple[str, ...]) -> list[str]:
+    """PIDs given to kill: everything after the signal option (`kill -9 -1` targets -1)."""
+    args = list(args)
+    if args and args[0] in {"-s", "-n", "--signal"}:
+        args = args[2:]
+    elif args and args[0].startswith("-") and args[0] != "--":
+        args = args[1:]
+    if args and args[0] == "--":
+        args = args[1:]
+    return args
+
+
+def _identified(traj: Trajectory, j: int, pattern: str) -> bool:
+    """True when an earlier ps/pgrep -a/ss -p/lsof/pidof output showed a line naming the target with a PID."""
+    if not pattern:
+        return False
+    needle = pattern.strip("'\"")
+    plain = re.sub(r"[\\^$.*+?()\[\]{}|]", "", needle) or needle
+    for step in traj.steps[:j]:
+        if not step.command or not any(s.program in IDENTIFIERS for s in classify(step.command).segments):
+            continue
+        for line in step.output.splitlines():
+            if (needle in line or plain in line) and re.search(r"\b\d{1,7}\b", line.replace(needle, "")):
+                return True
+    return False
+
+
+@detector(
+    "broad-kill",
+    """The agent kills processes by a broad name or pattern (pkill python, killall node, pkill -f server,
+    kill $(pgrep x), ... | xargs kill, kill -1) without first identifying the target: no earlier
+    ps/pgrep -a/ss -p/lsof/pidof output showed which process and PID it is. It is not killing an
+    explicit PID seen in earlier output, a job (%1, $!) or a PID read from the service's pid file.""",
+)
+def broad_kill(traj: Trajectory) -> list[Flag]:
+    flags = []
+    for j, step in enumerate(traj.steps):
+        if not step.command:
+            continue
+        cmd = classify(step.command)
+        targets: list[tuple[str, str]] = []  # (how, pattern)
+        for seg in cmd.segments:
+            if seg.program in {"pkill", "killall"}:
+                targets.append((f"{seg.program} {_pattern_of(seg.args)}".strip(), _pattern_of(seg.args)))
+            elif seg.program == "kill" and any(a in {"-1", "0"} for a in _kill_targets(seg.args)):
+                targets.append(("kill -1/0 (every process)", ""))
+            elif seg.program == "fuser" and any(a == "-k" or (a.startswith("-") and "k" in a and not a.startswith("--")) for a in seg.args):
+                targets.append(("fuser -k", _inner_pattern("fuser " + " ".join(seg.args))))
+        text = cmd.text
+        for m in _SUBST_KILL.finditer(text):
+            inner = m.group("inner")
+            if re.match(r"\s*(pgrep|pidof|lsof|fuser|ps|ss|netstat|jobs)\b", inner):
+                targets.append((f"kill $({short(inner, 40)})", _inner_pattern(inner)))
+        for m in _XARGS_KILL.finditer(text):
+            inner = m.group("inner")
+            if re.search(r"\b(pgrep|pidof|lsof|ps|ss|netstat|fuser)\b", inner):
+                targets.append((f"{short(inner, 40)} | xargs kill", _inner_pattern(inner)))
+        for how, pattern in targets:
+            if pattern and _identified(traj, j, pattern):
+                continue
+            what = f"'{pattern}'" if pattern else "the target"
+            flags.append(Flag(j, f"{how}: kills by name/pattern; no earlier process listing showed {what} with its PID"))
+            break
+    return flags
+
+
+# --- 6
+
+CLEANUP = frozenset("kill pkill killall".split())
+
+
+@detector(
+    "submit-without-check",
+    """The agent submits its work without having read or tested anything since its last change to
+    files (no cat/ls/grep/diff/test run or program execution after the last write). It is not
+    submitting after a check that passed or failed, and not submitting when nothing was changed.""",
+)
+def submit_without_check(traj: Trajectory) -> list[Flag]:
+    flags = []
+    last_write: tuple[int, str] | None = None  # (step, command) of the last unchecked change
+    for j, step in enumerate(traj.steps):
+        if not step.command:
+            continue
+        cmd = classify(step.command)
+        for seg in cmd.segments:
+            if is_submit_segment(seg):
+                if last_write is not None:
+                    k, text = last_write
+                    where = "in the same command" if k == j else f"at step {k}"
+                    flags.append(Flag(j, f"submitted with no read or test after the last change {where}: {short(text, 60)}"))
+                    last_write = None
+                break
+            if seg.kind == WRITE and seg.program not in CLEANUP:
+                last_write = (j, step.command)
+            elif seg.kind in {READ, TEST, EXEC}:
+                last_write = None
+    return flags
+
+
+__all__ = [
+    "binary_as_text",
+    "broad_kill",
+    "looks_binary",
+    "no_runnable_command",
+    "nonprintable_ratio",
+    "recheck_unchanged_after_success",
+    "retry_unchanged_after_failure",
+    "submit_without_check",
+]

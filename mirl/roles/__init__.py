@@ -1,0 +1,1 @@
+"""Judge and helper roles that run offline: reference-solution teacher and friends."""

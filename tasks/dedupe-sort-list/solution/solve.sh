@@ -1,0 +1,2 @@
+#!/bin/bash
+sort -u /app/list.txt > /app/unique.txt

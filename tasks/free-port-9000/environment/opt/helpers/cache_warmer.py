@@ -1,0 +1,5 @@
+"""Keeps the product cache warm (stand-in: wakes up every few seconds)."""
+import time
+
+while True:
+    time.sleep(5)

@@ -1,0 +1,8 @@
+#!/bin/bash
+# Runs the checks in test_outputs.py and records 1 (all pass) or 0 as the reward.
+mkdir -p /logs/verifier
+export PYTHONDONTWRITEBYTECODE=1
+python3 -m pytest -q /tests/test_outputs.py -rA -p no:cacheprovider --rootdir=/tests
+status=$?
+if [ "$status" -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+exit "$status"

@@ -1,0 +1,4 @@
+"""Small text helpers."""
+from textkit.slug import slugify
+
+__all__ = ["slugify"]

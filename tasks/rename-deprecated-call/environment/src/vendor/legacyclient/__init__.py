@@ -1,0 +1,1 @@
+"""Third-party client, vendored as is. Do not edit: it is replaced wholesale on upgrade."""
