@@ -17,11 +17,12 @@ import threading
 import time
 from typing import Any
 
-_INSTALLED = False
+_HANDLERS: tuple = ()
 _LOCK = threading.Lock()
 
 # Extra keyword the client passes to in-process providers only: which sample indices to produce.
 SAMPLE_INDICES_KEY = "mirl_sample_indices"
+OUTPUT_TOKENS_KEY = "mirl_output_tokens"
 IN_PROCESS_PROVIDERS = ("scripted", "local")
 
 
@@ -34,11 +35,13 @@ def import_litellm():
     return litellm
 
 
-def _response(litellm, model_response, model: str, choices: list[tuple[str, str]], prompt_tokens: int,
+def _response(litellm, model_response, model: str, choices: list[tuple[str, str, int]], prompt_tokens: int,
               completion_tokens: int):
+    # per-sample token counts ride along in provider_specific_fields (the usage block only has the sum)
     model_response.choices = [
-        litellm.Choices(index=i, message=litellm.Message(content=text, role="assistant"), finish_reason=reason)
-        for i, (text, reason) in enumerate(choices)
+        litellm.Choices(index=i, finish_reason=reason, message=litellm.Message(
+            content=text, role="assistant", provider_specific_fields={OUTPUT_TOKENS_KEY: n_out}))
+        for i, (text, reason, n_out) in enumerate(choices)
     ]
     model_response.model = model
     model_response.created = int(time.time())
@@ -63,7 +66,7 @@ def _make_handlers():
             n = int(optional_params.get("n") or 1)
             outs = sm.complete(messages, n=n)
             return _response(litellm, model_response, f"scripted/{model}",
-                             [(c.text, c.finish_reason) for c in outs],
+                             [(c.text, c.finish_reason, c.output_tokens) for c in outs],
                              outs[0].input_tokens if outs else 0, sum(c.output_tokens for c in outs))
 
     class LocalProvider(CustomLLM):
@@ -88,29 +91,31 @@ def _make_handlers():
                 stop=optional_params.get("stop"),
             )
             return _response(litellm, model_response, f"local/{model}",
-                             [(s.text, s.finish_reason) for s in gen.samples],
+                             [(s.text, s.finish_reason, s.output_tokens) for s in gen.samples],
                              gen.prompt_tokens, sum(s.output_tokens for s in gen.samples))
 
     return ScriptedProvider(), LocalProvider()
 
 
 def install() -> None:
-    """Register the in-process providers with litellm (idempotent, thread-safe)."""
-    global _INSTALLED
+    """Register the in-process providers with litellm (idempotent, thread-safe; re-registers them
+    if something else replaced `litellm.custom_provider_map`)."""
+    global _HANDLERS
     with _LOCK:
-        if _INSTALLED:
-            return
         litellm = import_litellm()
-        scripted_h, local_h = _make_handlers()
-        existing = [p for p in (litellm.custom_provider_map or []) if p.get("provider") not in IN_PROCESS_PROVIDERS]
-        litellm.custom_provider_map = existing + [
+        current = list(litellm.custom_provider_map or [])
+        if _HANDLERS and all(any(p.get("custom_handler") is h for p in current) for h in _HANDLERS):
+            return
+        _HANDLERS = _make_handlers()
+        scripted_h, local_h = _HANDLERS
+        others = [p for p in current if p.get("provider") not in IN_PROCESS_PROVIDERS]
+        litellm.custom_provider_map = others + [
             {"provider": "scripted", "custom_handler": scripted_h},
             {"provider": "local", "custom_handler": local_h},
         ]
         from litellm.utils import custom_llm_setup
 
         custom_llm_setup()
-        _INSTALLED = True
 
 
 def provider_of(model: str) -> str:

@@ -38,6 +38,8 @@ class Completion:
     cache_hit: bool = False
     finish_reason: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # OpenAI-style tool calls, if any
+    sample_index: int = 0  # which sample of this prompt it is (the cache stores each index separately)
+    parsed: Any = None  # the validated JSON value, when the call asked for a schema
 
 
 @runtime_checkable

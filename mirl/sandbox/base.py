@@ -23,6 +23,16 @@
   error. Terminal-Bench 1 tasks, which write no reward file, score 1 when the script exits 0.
 - `Session.close()` always cleans up (container, mounts, temp dirs, processes); sessions are
   context managers and closing twice is harmless.
+
+Details every backend keeps the same way:
+
+- A command's environment is built, never inherited from the host: PATH, HOME, the Dockerfile's
+  ENV, per-call extras (the verifier's env), and `MIRL_CMD=<uuid>`, the marker by which the
+  command's processes are found and killed on timeout (together with its session id, since each
+  command is its own session leader). A command killed by signal N exits 128+N.
+- `/tests` holds none of the task's tests while the agent works; verify() replaces it with a fresh copy.
+- After a command returns, its output pipe is drained in the background rather than closed, so a
+  service started with `&` that keeps logging does not die of SIGPIPE.
 """
 
 from __future__ import annotations
@@ -112,7 +122,9 @@ class HeadTailBuffer:
         if room > 0:
             self.head += chunk[:room]
             chunk = chunk[room:]
-        if chunk:
+        if len(chunk) >= half:  # a flood: only the chunk's end can survive, copy just that
+            self.tail = bytearray(chunk[len(chunk) - half :])
+        elif chunk:
             self.tail += chunk
             if len(self.tail) > 2 * half:  # amortise trimming
                 del self.tail[: len(self.tail) - half]

@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -139,6 +140,51 @@ def build_rootfs(dest: Path | None = None, packages=BASE_PACKAGES, force: bool =
     return dest, "built"
 
 
+# --- the host's extra CA certificates ----------------------------------------------------
+
+_PEM = re.compile(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", re.S)
+
+
+def host_ca_bundle() -> Path | None:
+    """The host's CA bundle file (SSL_CERT_FILE, OpenSSL's default, or Debian's path)."""
+    import ssl
+
+    for candidate in (os.environ.get("SSL_CERT_FILE"), ssl.get_default_verify_paths().openssl_cafile,
+                      "/etc/ssl/certs/ca-certificates.crt"):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+def host_extra_cas(rootfs: Path | None = None) -> list[str]:
+    """PEM certificates the host trusts and the rootfs does not.
+
+    Machines behind a TLS-intercepting proxy trust its CA; without it, `pip install` in a task's
+    Dockerfile fails with CERTIFICATE_VERIFY_FAILED. The base image gets these added.
+    """
+    bundle = host_ca_bundle()
+    if bundle is None:
+        return []
+    mine = (Path(rootfs or rootfs_dir()) / "etc" / "ssl" / "certs" / "ca-certificates.crt")
+    theirs = set(_PEM.findall(mine.read_text(errors="replace"))) if mine.is_file() else set()
+    seen: set[str] = set()
+    extra = []
+    for pem in _PEM.findall(bundle.read_text(errors="replace")):
+        if pem not in theirs and pem not in seen:
+            seen.add(pem)
+            extra.append(pem)
+    return extra
+
+
+def image_stamp(rootfs: Path | None = None) -> str:
+    """What an up-to-date base image is labeled with: the package list and the extra CAs."""
+    stamp = (read_stamp(rootfs or rootfs_dir()) or {}).get("packages_hash", "unknown")
+    cas = host_extra_cas(rootfs)
+    if cas:
+        stamp += "-ca" + hashlib.sha256("".join(cas).encode()).hexdigest()[:8]
+    return stamp
+
+
 # --- importing into an engine -------------------------------------------------------------
 
 
@@ -180,14 +226,13 @@ def image_info(client_or_podman, name: str = DEFAULT_IMAGE) -> ImageInfo:
 
 
 def image_state(client_or_podman, name: str = DEFAULT_IMAGE, rootfs: Path | None = None) -> str:
-    """'current', 'unlabeled' (imported by hand; reused), 'stale' or 'missing'."""
+    """'current', 'unlabeled' (imported by hand; reused when no CA is missing), 'stale' or 'missing'."""
     info = image_info(client_or_podman, name)
     if info.id is None:
         return "missing"
     if info.stamp is None:
-        return "unlabeled"
-    stamp = read_stamp(rootfs or rootfs_dir()) or {}
-    return "current" if info.stamp == stamp.get("packages_hash") else "stale"
+        return "stale" if host_extra_cas(rootfs) else "unlabeled"
+    return "current" if info.stamp == image_stamp(rootfs) else "stale"
 
 
 def import_image(client_or_podman, name: str = DEFAULT_IMAGE, rootfs: Path | None = None, force: bool = False) -> tuple[ImageInfo, str]:
@@ -201,8 +246,10 @@ def import_image(client_or_podman, name: str = DEFAULT_IMAGE, rootfs: Path | Non
         return image_info(client_or_podman, name), "reused" if state == "current" else "reused (unlabeled import)"
     if rootfs_state(rootfs) == "missing":
         raise SandboxError(f"no base root filesystem at {rootfs}; run `mirl image build` first")
-    stamp = (read_stamp(rootfs) or {}).get("packages_hash", "unknown")
+    stamp = image_stamp(rootfs)
     changes = [f"ENV PATH={PATH_ENV}", "ENV LANG=C.UTF-8", "WORKDIR /", 'CMD ["bash"]', f"LABEL {STAMP_LABEL}={stamp}"]
+    cas = host_extra_cas(rootfs)
+    target = f"{name}-rootfs" if cas else name  # the CAs go in a layer on top
     tar = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", "-", "."], stdout=subprocess.PIPE)
     try:
         if client_or_podman == "podman":
@@ -211,17 +258,45 @@ def import_image(client_or_podman, name: str = DEFAULT_IMAGE, rootfs: Path | Non
             cmd = ["podman", "import"]
             for change in changes:
                 cmd += ["--change", change]
-            proc = subprocess.run([*cmd, "-", f"{name}:latest"], stdin=tar.stdout, capture_output=True, text=True, env=podman_env())
+            proc = subprocess.run([*cmd, "-", f"{target}:latest"], stdin=tar.stdout, capture_output=True, text=True, env=podman_env())
             if proc.returncode != 0:
                 raise SandboxError(f"podman import failed: {proc.stderr.strip()[-500:]}")
         else:
-            client_or_podman.api.import_image_from_stream(tar.stdout, repository=name, tag="latest", changes=changes)
+            client_or_podman.api.import_image_from_stream(tar.stdout, repository=target, tag="latest", changes=changes)
     finally:
         tar.stdout.close()
         tar.wait()
     if tar.returncode != 0:
         raise SandboxError(f"tar of {rootfs} failed (exit {tar.returncode})")
+    if cas:
+        _add_cas(client_or_podman, target, name, cas, stamp)
     info = image_info(client_or_podman, name)
     if info.id is None:
         raise SandboxError(f"importing {rootfs} as {name} reported success but the engine has no such image")
-    return info, "imported"
+    return info, "imported" + (f" (+{len(cas)} CA certificate(s) of the host)" if cas else "")
+
+
+def _add_cas(client_or_podman, source: str, name: str, cas: list[str], stamp: str) -> None:
+    """Build `name` from `source` plus the host's extra CA certificates in the system bundle."""
+    with tempfile.TemporaryDirectory() as ctx:
+        for i, pem in enumerate(cas):
+            Path(ctx, f"mirl-host-{i}.crt").write_text(pem + "\n")
+        Path(ctx, "Dockerfile").write_text(
+            f"FROM {source}\nCOPY *.crt /usr/local/share/ca-certificates/\n"
+            f"RUN update-ca-certificates >/dev/null\nLABEL {STAMP_LABEL}={stamp}\n"
+        )
+        if client_or_podman == "podman":
+            from mirl.sandbox.podman import podman_env
+
+            proc = subprocess.run(["podman", "build", "-q", "--network", "none", "-t", f"{name}:latest", ctx],
+                                  capture_output=True, text=True, env=podman_env())
+            if proc.returncode != 0:
+                raise SandboxError(f"adding CA certificates to {name} failed: {proc.stderr.strip()[-500:]}")
+        else:
+            import docker
+
+            try:
+                client_or_podman.images.build(path=ctx, tag=f"{name}:latest", rm=True, forcerm=True, pull=False,
+                                              network_mode="none")
+            except docker.errors.BuildError as e:
+                raise SandboxError(f"adding CA certificates to {name} failed: {e}") from e

@@ -1,0 +1,184 @@
+"""python benchmarks/sandbox.py [--task tasks/count-lines] [--starts 10] [--repeats 5] [--json FILE]
+
+Fresh-session start latency and per-command latency of every sandbox backend available here
+(`make_sandbox` for docker, bwrap, local), side by side with mini-swe-agent's own environments
+(`pip install mini-swe-agent`: its DockerEnvironment driving the podman CLI on the same image,
+and its LocalEnvironment). Prints one table with ratios to mini-swe-agent's equivalent
+(containers vs its docker environment, local vs its local environment).
+Targets: per-command latency at most half of mini-swe-agent's; container start <= 500 ms with
+the image already built. Run it on a quiet machine: the numbers are wall-clock medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from mirl.sandbox import SandboxConfig, SandboxError, make_sandbox  # noqa: E402
+from mirl.tasks import load_task  # noqa: E402
+
+# Typical agent commands: cheap ones, so the sandbox's own overhead dominates.
+COMMANDS = [
+    "echo hello",
+    "pwd",
+    "ls -la",
+    "cat /etc/os-release",
+    "python3 -c 'print(sum(range(1000)))'",
+    "grep -n ID /etc/os-release",
+    "wc -l /etc/passwd",
+    "find /etc -maxdepth 1 -name '*.conf' | head -5",
+    "head -3 /etc/passwd && tail -1 /etc/passwd",
+    "echo data > /tmp/bench.txt && cat /tmp/bench.txt",
+]
+
+
+def median_ms(values: list[float]) -> float:
+    return 1000 * statistics.median(values) if values else float("nan")
+
+
+def bench_ours(backend: str, task, starts: int, repeats: int) -> dict:
+    sandbox = make_sandbox(SandboxConfig(backend=backend))
+    with sandbox.start(task) as s:  # warm-up: builds the image if needed
+        s.run("true")
+    start_times, close_times, cmd_times = [], [], []
+    for _ in range(starts):
+        t0 = time.perf_counter()
+        s = sandbox.start(task)
+        start_times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        s.close()
+        close_times.append(time.perf_counter() - t0)
+    with sandbox.start(task) as s:
+        for command in COMMANDS:
+            s.run(command)  # warm caches
+        for _ in range(repeats):
+            for command in COMMANDS:
+                t0 = time.perf_counter()
+                r = s.run(command)
+                cmd_times.append(time.perf_counter() - t0)
+                assert r.exit_code == 0, f"{backend}: {command!r} failed: {r.output[-300:]}"
+    return {"start_ms": median_ms(start_times), "close_ms": median_ms(close_times), "command_ms": median_ms(cmd_times),
+            "command_p90_ms": 1000 * sorted(cmd_times)[int(0.9 * len(cmd_times))]}
+
+
+def image_id(task) -> str:
+    """The docker backend's image for `task` (built if needed), as an id the podman CLI accepts."""
+    from mirl.sandbox.docker_backend import DockerSandbox
+
+    sandbox = DockerSandbox(SandboxConfig(backend="docker"))
+    return sandbox.client.images.get(sandbox.image_for(task)).id
+
+
+def bench_mini_docker(task, starts: int, repeats: int) -> dict:
+    from minisweagent.environments.docker import DockerEnvironment
+
+    from mirl.sandbox.podman import podman_env
+
+    os.environ.update({k: v for k, v in podman_env().items() if k == "CONTAINERS_CONF"})
+    image = image_id(task)
+    kwargs = dict(image=image, executable="podman", cwd=task.workdir, run_args=["--rm", "--network", "none"])
+
+    def remove(env):
+        subprocess.run(["podman", "rm", "-f", "-t", "0", env.container_id], capture_output=True)
+        env.container_id = None
+
+    start_times, close_times, cmd_times = [], [], []
+    for _ in range(starts):
+        t0 = time.perf_counter()
+        env = DockerEnvironment(**kwargs)
+        start_times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        remove(env)
+        close_times.append(time.perf_counter() - t0)
+    env = DockerEnvironment(**kwargs)
+    try:
+        for command in COMMANDS:
+            env.execute({"command": command})
+        for _ in range(repeats):
+            for command in COMMANDS:
+                t0 = time.perf_counter()
+                out = env.execute({"command": command})
+                cmd_times.append(time.perf_counter() - t0)
+                assert out["returncode"] == 0, f"mini docker: {command!r} failed: {out}"
+    finally:
+        remove(env)
+    return {"start_ms": median_ms(start_times), "close_ms": median_ms(close_times), "command_ms": median_ms(cmd_times),
+            "command_p90_ms": 1000 * sorted(cmd_times)[int(0.9 * len(cmd_times))]}
+
+
+def bench_mini_local(repeats: int) -> dict:
+    from minisweagent.environments.local import LocalEnvironment
+
+    cmd_times = []
+    with tempfile.TemporaryDirectory() as cwd:
+        t0 = time.perf_counter()
+        env = LocalEnvironment(cwd=cwd)
+        start = time.perf_counter() - t0
+        for command in COMMANDS:
+            env.execute({"command": command})
+        for _ in range(repeats):
+            for command in COMMANDS:
+                t0 = time.perf_counter()
+                env.execute({"command": command})
+                cmd_times.append(time.perf_counter() - t0)
+    return {"start_ms": 1000 * start, "close_ms": 0.0, "command_ms": median_ms(cmd_times),
+            "command_p90_ms": 1000 * sorted(cmd_times)[int(0.9 * len(cmd_times))]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="sandbox start and command latency, ours vs mini-swe-agent")
+    ap.add_argument("--task", default=str(REPO / "tasks" / "count-lines"))
+    ap.add_argument("--starts", type=int, default=10, help="fresh sessions to time per backend")
+    ap.add_argument("--repeats", type=int, default=5, help="passes over the command list")
+    ap.add_argument("--backends", default="docker,bwrap,local")
+    ap.add_argument("--json", help="also write the rows to this file")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    task = load_task(args.task)
+
+    rows: dict[str, dict] = {}
+    for backend in args.backends.split(","):
+        try:
+            rows[backend] = bench_ours(backend, task, args.starts, args.repeats)
+        except (SandboxError, ImportError) as e:
+            print(f"{backend}: skipped ({e})", file=sys.stderr)
+    try:
+        rows["mini-swe-agent docker (podman CLI)"] = bench_mini_docker(task, args.starts, args.repeats)
+    except ImportError:
+        print("mini-swe-agent docker: skipped (pip install mini-swe-agent)", file=sys.stderr)
+    except (SandboxError, subprocess.SubprocessError, OSError) as e:
+        print(f"mini-swe-agent docker: skipped ({e})", file=sys.stderr)
+    try:
+        rows["mini-swe-agent local"] = bench_mini_local(args.repeats)
+    except ImportError:
+        print("mini-swe-agent local: skipped (pip install mini-swe-agent)", file=sys.stderr)
+
+    ref_container = rows.get("mini-swe-agent docker (podman CLI)")
+    ref_local = rows.get("mini-swe-agent local")
+    print(f"\n{len(COMMANDS)} commands x {args.repeats} passes, {args.starts} fresh sessions; medians in ms\n")
+    print(f"| {'environment':36} | start ms | close ms | command ms | p90 ms | command vs mini | start vs mini |")
+    print(f"| {'-' * 36} | -------- | -------- | ---------- | ------ | --------------- | ------------- |")
+    for name, row in rows.items():
+        ref = ref_local if name in ("local", "mini-swe-agent local") else ref_container
+        cmd_ratio = f"{row['command_ms'] / ref['command_ms']:.2f}x" if ref else "-"
+        start_ratio = f"{row['start_ms'] / ref['start_ms']:.2f}x" if ref and ref["start_ms"] > 1 else "-"
+        print(f"| {name:36} | {row['start_ms']:8.0f} | {row['close_ms']:8.0f} | {row['command_ms']:10.1f} | "
+              f"{row['command_p90_ms']:6.1f} | {cmd_ratio:>15} | {start_ratio:>13} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

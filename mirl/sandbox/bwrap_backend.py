@@ -1,0 +1,426 @@
+"""Bubblewrap sandboxes: no daemon, a session starts in tens of milliseconds.
+
+Root filesystem: kernel overlayfs with the base rootfs (`user_cache_dir()/base/rootfs`) and the
+task's cached layer (see `mirl.sandbox.layers`) as read-only lowers and a per-session writable
+upper in a temp dir. The overlay is mounted in a private mount namespace that only the sandbox
+holds, so nothing is left mounted on the host whatever happens. bwrap then adds /proc, /dev, new
+pid/ipc/uts (and, unless the task may use the internet, network) namespaces, Docker's default
+capability set minus CAP_MKNOD, and dies with its parent.
+
+A session is ONE long-lived sandbox whose pid 1 is a tiny init (`init_script.py`): commands are
+forked by it, so services the agent starts survive between commands and nothing enters the
+sandbox from outside with host privileges. Process counts are capped with a cgroup-v1 `pids`
+group when the host has one.
+
+bwrap 0.8 has no --overlay options, and copying the 1.4 GB rootfs per session is far too slow,
+hence the kernel overlay. `--die-with-parent` ties the sandbox to the *thread* that started it:
+start sessions from threads that outlive them (the main thread or a pool's long-lived workers).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import marshal
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from mirl.sandbox import layers
+from mirl.sandbox.base import (
+    CommandResult,
+    HeadTailBuffer,
+    SandboxConfig,
+    SandboxError,
+    TIMEOUT_EXIT_CODE,
+    VerifyResult,
+    user_cache_dir,
+)
+from mirl.sandbox.init_script import INIT_CODE
+from mirl.sandbox.process import MARKER_VAR, PidsCgroup, collect, enlarge_pipe
+from mirl.sandbox.verifier import run_verifier
+from mirl.tasks import Task
+
+log = logging.getLogger(__name__)
+
+# Docker's default capabilities without CAP_MKNOD (a device node of the host disk would be an escape).
+CAPABILITIES = (
+    "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID", "CAP_SETUID",
+    "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL",
+    "CAP_AUDIT_WRITE", "CAP_NET_RAW",
+)
+PIDS_LIMIT = 1024
+START_TIMEOUT_S = 15.0
+REPLY_FIELDS = {"ready": ("pid",), "started": ("id", "pid"), "exit": ("id", "code"), "killed": ("id",)}
+KILL_REPLY_S = 1.8  # kill_tree gives up after 1.5 s; the call must return within timeout + 2 s
+
+
+def rootfs_path() -> Path:
+    return Path(user_cache_dir()) / "base" / "rootfs"
+
+
+def available() -> bool:
+    """bwrap is on PATH and runs, we are root (to mount the overlay) and the base rootfs exists."""
+    if shutil.which("bwrap") is None or os.geteuid() != 0:
+        return False
+    if not (rootfs_path() / "bin").exists():
+        return False
+    try:
+        return subprocess.run(["bwrap", "--version"], capture_output=True, timeout=5).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _require() -> Path:
+    if shutil.which("bwrap") is None:
+        raise SandboxError("bubblewrap is not installed: `apt-get install bubblewrap`, or use --sandbox docker")
+    if os.geteuid() != 0:
+        raise SandboxError("the bwrap backend mounts an overlay and needs root; use --sandbox docker otherwise")
+    rootfs = rootfs_path()
+    if not (rootfs / "bin").exists():
+        raise SandboxError(f"no base root filesystem at {rootfs}: run `mirl image build` first")
+    return rootfs
+
+
+# --- mounting the overlay in a private mount namespace (between fork and exec) -------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_unshare, _mount = _libc.unshare, _libc.mount
+CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x00020000, 0x4000, 1 << 18
+
+
+def _overlay_preexec(options: bytes, merged: bytes, cgroup: PidsCgroup | None):
+    def preexec() -> None:
+        if _unshare(CLONE_NEWNS) != 0 or _mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+            raise OSError(ctypes.get_errno(), "unshare mount namespace")
+        if _mount(b"overlay", merged, b"overlay", 0, options) != 0:
+            raise OSError(ctypes.get_errno(), "mount overlay")
+        if cgroup is not None:
+            cgroup.join_self()
+
+    return preexec
+
+
+class Box:
+    """One running bwrap sandbox and its init; `exec` runs a command in it."""
+
+    def __init__(
+        self,
+        lowers: list[Path],
+        workdir: Path,
+        binds: list[tuple[Path, str]] = (),
+        network: bool = False,
+        base_env: dict[str, str] | None = None,
+        hostname: str = "sandbox",
+    ):
+        self.dir = workdir
+        self.base_env = base_env or {}
+        self.lock = threading.Lock()
+        self.closed = False
+        self.proc: subprocess.Popen | None = None
+        self.next_id = 0
+        self.inbox: list[dict] = []
+        upper, work, merged = (workdir / n for n in ("upper", "work", "root"))
+        for d in (upper, work, merged):
+            d.mkdir(parents=True, exist_ok=True)
+        options = f"lowerdir={':'.join(str(p) for p in lowers)},upperdir={upper},workdir={work}".encode()
+        self.cgroup = PidsCgroup.create(f"mirl-{uuid.uuid4().hex[:12]}", PIDS_LIMIT)
+        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.ctl = host
+        args = ["bwrap", "--bind", str(merged), "/", "--proc", "/proc", "--dev", "/dev"]
+        # bwrap does not always cover /proc/sys; its knobs are host-wide (vm.drop_caches, kernel.*)
+        args += ["--ro-bind", "/proc/sys", "/proc/sys"]
+        for src, dest in binds:
+            args += ["--ro-bind", str(src), dest]
+        args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", hostname]
+        if not network:
+            args.append("--unshare-net")
+        args += ["--die-with-parent", "--new-session", "--as-pid-1", "--clearenv", "--setenv", "PATH", layers.DEFAULT_PATH]
+        args += ["--cap-drop", "ALL"]
+        for cap in CAPABILITIES:
+            args += ["--cap-add", cap]
+        args += ["--chdir", "/", "/usr/bin/python3", "-I", "-S", "-c", INIT_CODE, str(child.fileno())]
+        self.log_path = workdir / "bwrap.log"
+        try:
+            with open(self.log_path, "wb") as errlog:
+                self.proc = subprocess.Popen(
+                    args,
+                    stdin=subprocess.DEVNULL,
+                    stdout=errlog,
+                    stderr=errlog,
+                    pass_fds=(child.fileno(),),
+                    preexec_fn=_overlay_preexec(options, str(merged).encode(), self.cgroup),
+                    start_new_session=True,
+                )
+        except subprocess.SubprocessError as e:
+            child.close()
+            self.close()
+            raise SandboxError(f"could not start the sandbox (mounting the overlay failed: {e}); is overlayfs available?") from e
+        child.close()
+        ready = self._wait_for(lambda m: m["op"] == "ready", START_TIMEOUT_S)
+        if ready is None:
+            detail = self._log_tail()
+            self.close()
+            raise SandboxError(f"the bwrap sandbox did not start: {detail or 'no output'}")
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-800:].strip()
+        except OSError:
+            return ""
+
+    # --- control channel ---
+
+    def _send(self, msg: dict, fds: list[int] = ()) -> None:
+        data = marshal.dumps(msg)
+        try:
+            if fds:
+                socket.send_fds(self.ctl, [data], list(fds))
+            else:
+                self.ctl.send(data)
+        except OSError as e:
+            raise SandboxError(f"the sandbox is gone ({e}); start a new session") from e
+
+    def _pump(self, timeout: float) -> bool:
+        """Read control messages into the inbox; False when the sandbox is gone."""
+        self.ctl.settimeout(timeout)
+        try:
+            data = self.ctl.recv(1 << 16)
+        except (TimeoutError, BlockingIOError, socket.timeout):
+            return True
+        except OSError:
+            return False
+        if not data:
+            return False
+        words = data.decode("ascii", "replace").split()
+        try:
+            self.inbox.append({"op": words[0], **{k: int(v) for k, v in zip(REPLY_FIELDS.get(words[0], ()), words[1:])}})
+        except (IndexError, ValueError):
+            log.warning("ignoring a malformed message from the sandbox init: %r", data[:80])
+        return True
+
+    def _take(self, pred) -> dict | None:
+        for i, m in enumerate(self.inbox):
+            if pred(m):
+                return self.inbox.pop(i)
+        return None
+
+    def _wait_for(self, pred, timeout: float) -> dict | None:
+        end = time.monotonic() + timeout
+        while True:
+            m = self._take(pred)
+            if m is not None:
+                return m
+            left = end - time.monotonic()
+            if left <= 0 or not self._pump(left):
+                return self._take(pred)
+
+    # --- commands ---
+
+    def exec(
+        self,
+        command: str,
+        timeout: float,
+        output_limit: int,
+        cwd: str = "/",
+        env: dict[str, str] | None = None,
+        stdin_fd: int | None = None,
+    ) -> CommandResult:
+        with self.lock:
+            if self.closed:
+                raise SandboxError("the session is closed")
+            self.next_id += 1
+            cid, marker = self.next_id, uuid.uuid4().hex
+            full_env = {**self.base_env, **(env or {}), MARKER_VAR: marker}
+            r, w = os.pipe()
+            enlarge_pipe(w)
+            started = time.monotonic()
+            try:
+                fds = [w, r] + ([stdin_fd] if stdin_fd is not None else [])
+                self._send({"op": "run", "id": cid, "argv": ["/bin/bash", "-c", command], "env": full_env, "cwd": cwd}, fds)
+            finally:
+                os.close(w)
+            buf = HeadTailBuffer(output_limit)
+            deadline = started + timeout
+            gone = []
+
+            def poll_exit() -> int | None:
+                m = self._take(lambda m: m["op"] == "exit" and m["id"] == cid)
+                if m is not None:
+                    return m["code"]
+                if not self._pump(0) and not gone:
+                    gone.append(True)
+                m = self._take(lambda m: m["op"] == "exit" and m["id"] == cid)
+                if m is not None:
+                    return m["code"]
+                return -1 if gone else None
+
+            try:
+                code = collect(r, buf, deadline, self.ctl.fileno(), poll_exit)
+                timed_out = code is None
+                if timed_out:
+                    pid = self._wait_for(lambda m: m["op"] == "started" and m["id"] == cid, 0.1)
+                    self._send({"op": "kill", "id": cid, "marker": marker, "sid": pid["pid"] if pid else None})
+                    self._wait_for(lambda m: m["op"] == "killed" and m["id"] == cid, KILL_REPLY_S)
+                    code = TIMEOUT_EXIT_CODE
+                elif code == -1:
+                    buf.feed(b"\nmirl: the sandbox ended while the command ran\n")
+            finally:
+                if not gone:
+                    try:
+                        self._send({"op": "release", "id": cid})
+                    except SandboxError:
+                        pass
+                os.close(r)
+                self._take(lambda m: m["op"] == "started" and m["id"] == cid)
+            return CommandResult(buf.text(), code, time.monotonic() - started, timed_out, buf.truncated)
+
+    def close(self) -> None:
+        if self.closed and self.proc is None:
+            return
+        self.closed = True
+        try:
+            self.ctl.close()
+        except OSError:
+            pass
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                log.warning("bwrap process %d did not exit", self.proc.pid)
+            self.proc = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+
+
+class BwrapSession:
+    """A task running in a Box: commands in WORKDIR with the task's ENV, verify, close."""
+
+    def __init__(self, task: Task, config: SandboxConfig, lowers: list[Path], workdir: str, env: dict[str, str]):
+        self.task, self.config = task, config
+        self.workdir = workdir
+        self.tmp = Path(tempfile.mkdtemp(prefix="mirl-bwrap-"))
+        network = bool(config.allow_internet and task.allow_internet)
+        base_env = {"PATH": layers.DEFAULT_PATH, "HOME": "/root", "HOSTNAME": "sandbox", **env}
+        try:
+            self.box = Box(lowers, self.tmp, network=network, base_env=base_env)
+        except BaseException:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
+
+    def run(self, command: str, timeout: float | None = None, env: dict[str, str] | None = None) -> CommandResult:
+        timeout = self.config.command_timeout_s if timeout is None else timeout
+        return self.box.exec(command, timeout, self.config.output_limit, self.workdir, env)
+
+    def _put_tests(self) -> None:
+        """Copy the task's tests to /tests through a tar stream, extracted inside the sandbox."""
+        with tempfile.TemporaryFile() as f:
+            with tarfile.open(fileobj=f, mode="w") as tf:
+                if self.task.tests_dir.is_dir():
+                    tf.add(self.task.tests_dir, arcname=".")
+                if self.task.layout == "terminal-bench":
+                    tf.add(self.task.test_script, arcname="run-tests.sh")
+            f.seek(0)
+            res = self.box.exec(
+                "rm -rf /tests && mkdir -p /tests /logs/verifier && tar -xf - -C /tests --no-same-owner",
+                60, 4000, "/", None, f.fileno(),
+            )
+        if res.exit_code != 0:
+            raise SandboxError(f"could not copy the tests into the sandbox: {res.output.strip()[-400:]}")
+
+    def read_file(self, path: str) -> str | None:
+        res = self.box.exec(f"cat -- {path} 2>/dev/null || exit 3", 30, 100_000)
+        return res.output if res.exit_code == 0 else None
+
+    def verify(self) -> VerifyResult:
+        return run_verifier(self, self._put_tests)
+
+    def close(self) -> None:
+        box = getattr(self, "box", None)
+        if box is not None:
+            box.close()
+        if self.tmp.exists():
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> "BwrapSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class BwrapSandbox:
+    name = "bwrap"
+
+    def __init__(self, config: SandboxConfig | None = None):
+        self.config = config or SandboxConfig(backend="bwrap")
+
+    def start(self, task: Task) -> BwrapSession:
+        rootfs = _require()
+        plan = layers.plan(task)
+        if plan.base_image:
+            log.info("task %s: FROM %s is substituted by the base root filesystem %s", task.id, plan.base_image, rootfs)
+        layer = ensure_layer(task, rootfs, plan)
+        return BwrapSession(task, self.config, [layer, rootfs], plan.workdir, plan.env)
+
+
+# --- cached per-task layers ---------------------------------------------------------------
+
+_installed: dict[str, tuple[set[str], set[str]]] = {}
+
+
+def ensure_layer(task: Task, rootfs: Path, plan: layers.Plan | None = None) -> Path:
+    """The task's layer directory, built once (RUN lines included) and reused by every session."""
+    key = layers.layer_key(task, rootfs)
+    root = Path(user_cache_dir()) / "bwrap" / "layers"
+    final = root / key
+    if final.is_dir():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if final.is_dir():
+            return final
+        plan = plan or layers.plan(task)
+        if str(rootfs) not in _installed:
+            _installed[str(rootfs)] = (layers.installed_apt(rootfs), layers.installed_pip(rootfs))
+        apt, pip = _installed[str(rootfs)]
+        script = layers.build_script(task, plan, apt, pip)  # refuses installs before anything starts
+        build = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+        try:
+            binds = [(task.dockerfile.parent.resolve(), layers.CONTEXT_MOUNT)] if task.dockerfile else []
+            box = Box([rootfs], build, binds=binds, base_env={"PATH": layers.DEFAULT_PATH, "HOME": "/root"})
+            try:
+                res = box.exec(script, task.build_timeout_s, 20_000)
+            finally:
+                box.close()
+            if res.exit_code != 0:
+                raise SandboxError(
+                    f"task {task.id}: building its files from the Dockerfile failed "
+                    f"(exit {res.exit_code}{', timed out' if res.timed_out else ''}):\n{res.output.strip()[-1500:]}"
+                )
+            shutil.rmtree(build / "upper" / layers.CONTEXT_MOUNT.strip("/").split("/")[0], ignore_errors=True)
+            os.rename(build / "upper", final)
+            log.info("task %s: built layer %s in %.1fs", task.id, key, res.duration_s)
+        finally:
+            shutil.rmtree(build, ignore_errors=True)
+    return final

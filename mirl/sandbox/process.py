@@ -1,0 +1,313 @@
+"""Host-side helpers shared by the subprocess-based backends (bwrap, local).
+
+Three problems every such backend has, solved once:
+
+- *Collecting output* of a command into a bounded `HeadTailBuffer` and returning as soon as the
+  command's shell has exited, even when a background child still holds the output pipe open
+  (`collect`). The pipe is then handed to a `Drainer` so a service that keeps logging to it does
+  not die of SIGPIPE.
+- *Killing a whole process tree*, background children and re-parented orphans included
+  (`kill_tree`): every command carries a marker in its environment (`MIRL_CMD=<uuid>`) and runs in
+  its own session, so a process is ours if its environ holds the marker or its session id is the
+  command's. Scanning /proc repeatedly outlasts a fork bomb.
+- *Bounding process count* with a cgroup-v1 `pids` controller when the host offers one
+  (`PidsCgroup`), so a fork bomb cannot starve the machine before the timeout strikes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+from mirl.sandbox.base import HeadTailBuffer
+
+log = logging.getLogger(__name__)
+
+MARKER_VAR = "MIRL_CMD"
+READ_CHUNK = 1 << 20
+# After the shell exits, keep reading what is already in the pipe for at most this long: enough
+# for the tail of the output, short enough that a chatty background child cannot stall us.
+DRAIN_AFTER_EXIT_S = 0.1
+DRAIN_IDLE_S = 0.01
+
+
+def enlarge_pipe(fd: int, size: int = 1 << 20) -> None:
+    """Bigger pipe buffers make a flood cheaper to read (fewer wake-ups); best effort."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
+    except OSError:
+        pass
+
+
+def collect(
+    out_fd: int,
+    buffer: HeadTailBuffer,
+    deadline: float,
+    exit_fd: int | None,
+    poll_exit: Callable[[], int | None],
+) -> int | None:
+    """Read `out_fd` into `buffer` until the command exits (-> its exit code) or `deadline` (-> None).
+
+    `exit_fd` becomes readable when the exit may be known (a pidfd, a control socket); `poll_exit`
+    then says whether it is. EOF on the output alone does not end the wait (the shell may have
+    closed its stdout), the exit does; after the exit what is already buffered is read.
+    """
+    sel = selectors.DefaultSelector()
+    sel.register(out_fd, selectors.EVENT_READ, "out")
+    if exit_fd is not None:
+        sel.register(exit_fd, selectors.EVENT_READ, "exit")
+    code: int | None = None
+    out_open = True
+    try:
+        while True:
+            code = poll_exit()
+            if code is not None:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            wait = remaining if exit_fd is not None else min(remaining, 0.05)
+            for key, _ in sel.select(wait):
+                if key.data == "out":
+                    chunk = _read(out_fd)
+                    if chunk:
+                        buffer.feed(chunk)
+                    elif chunk is not None:
+                        sel.unregister(out_fd)
+                        out_open = False
+                elif key.data == "exit" and exit_fd is not None:
+                    pass  # poll_exit reads it at the top of the loop
+        if out_open:
+            _drain_ready(out_fd, buffer)
+        return code
+    finally:
+        sel.close()
+
+
+_scratch = threading.local()
+
+
+def _read(fd: int) -> memoryview | bytes | None:
+    """A chunk (valid until the next call), b"" at EOF, None when nothing is there after all.
+
+    Reading into one reused buffer keeps a flood from allocating a fresh megabyte per read.
+    """
+    buf = getattr(_scratch, "buf", None)
+    if buf is None:
+        buf = _scratch.buf = bytearray(READ_CHUNK)
+    try:
+        n = os.readv(fd, [buf])
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+    return memoryview(buf)[:n] if n else b""
+
+
+def _drain_ready(fd: int, buffer: HeadTailBuffer) -> None:
+    end = time.monotonic() + DRAIN_AFTER_EXIT_S
+    sel = selectors.DefaultSelector()
+    sel.register(fd, selectors.EVENT_READ)
+    try:
+        while time.monotonic() < end:
+            if not sel.select(DRAIN_IDLE_S):
+                return
+            chunk = _read(fd)
+            if chunk == b"":
+                return
+            if chunk:
+                buffer.feed(chunk)
+    finally:
+        sel.close()
+
+
+class Drainer:
+    """One daemon thread that reads and discards pipes handed to it until each reaches EOF.
+
+    A service started in the background keeps the command's output pipe; closing our end would
+    kill it with SIGPIPE the next time it logs, so the pipe is drained instead.
+    """
+
+    _instance: "Drainer | None" = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.sel = selectors.DefaultSelector()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        self.sel.register(self.wake_r, selectors.EVENT_READ, None)
+        self.pending: list[tuple[int, Callable[[], None] | None]] = []
+        self.mutex = threading.Lock()
+        threading.Thread(target=self._loop, name="mirl-pipe-drainer", daemon=True).start()
+
+    @classmethod
+    def shared(cls) -> "Drainer":
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
+    def adopt(self, fd: int, on_eof: Callable[[], None] | None = None) -> None:
+        with self.mutex:
+            self.pending.append((fd, on_eof))
+        os.write(self.wake_w, b"x")
+
+    def _loop(self) -> None:
+        while True:
+            for key, _ in self.sel.select():
+                if key.data is None:
+                    try:
+                        os.read(self.wake_r, 4096)
+                    except BlockingIOError:
+                        pass
+                    with self.mutex:
+                        pending, self.pending = self.pending, []
+                    for fd, cb in pending:
+                        self.sel.register(fd, selectors.EVENT_READ, (cb,))
+                    continue
+                fd = key.fd
+                try:
+                    chunk = os.read(fd, READ_CHUNK)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    self.sel.unregister(fd)
+                    os.close(fd)
+                    cb = key.data[0]
+                    if cb:
+                        cb()
+
+
+# --- process trees ------------------------------------------------------------------------
+
+
+def _session_id(stat: bytes) -> int | None:
+    """Session id from /proc/PID/stat ("pid (comm) state ppid pgrp session ..."); None for zombies."""
+    fields = stat[stat.rfind(b")") + 2 :].split()  # comm may hold spaces and parens
+    return None if fields[0] in (b"Z", b"X") else int(fields[3])
+
+
+def marked_pids(tokens: Iterable[bytes], sids: Iterable[int] = (), proc: str = "/proc") -> list[int]:
+    """Pids under `proc` whose environment holds one of `tokens` or whose session id is in `sids`."""
+    tokens, sids = set(tokens), set(sids)
+    me = os.getpid()
+    found = []
+    for name in os.listdir(proc):
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        try:
+            with open(f"{proc}/{name}/stat", "rb") as f:
+                sid = _session_id(f.read())
+            if sid is None:
+                continue  # already dead, waiting to be reaped
+            if sid in sids:
+                found.append(pid)
+                continue
+            with open(f"{proc}/{name}/environ", "rb") as f:
+                if tokens.intersection(f.read().split(b"\0")):
+                    found.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def marker_token(name: str, value: str) -> bytes:
+    return f"{name}={value}".encode()
+
+
+def kill_tree(tokens: Iterable[bytes], sids: Iterable[int] = (), max_s: float = 1.5, proc: str = "/proc") -> int:
+    """SIGKILL every marked process; returns how many.
+
+    Everything marked is first SIGSTOPped, sweep after sweep, until a sweep finds nobody new (a
+    stopped process cannot fork, so a fork bomb converges); then all of them get SIGKILL.
+    """
+    tokens, sids = list(tokens), list(sids)
+    end = time.monotonic() + max_s
+    stopped: set[int] = set()
+    while time.monotonic() < end:
+        new = [p for p in marked_pids(tokens, sids, proc) if p not in stopped]
+        if not new:
+            break
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except OSError:
+                pass
+            stopped.add(pid)
+    for pid in stopped | set(marked_pids(tokens, sids, proc)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return len(stopped)
+
+
+# --- cgroups ------------------------------------------------------------------------------
+
+PIDS_ROOT = Path("/sys/fs/cgroup/pids")
+
+
+class PidsCgroup:
+    """A cgroup-v1 `pids` group capping how many processes a session may have; None if unavailable."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, name: str, limit: int) -> "PidsCgroup | None":
+        if os.geteuid() != 0 or not (PIDS_ROOT / "cgroup.procs").exists():
+            return None
+        path = PIDS_ROOT / name
+        try:
+            path.mkdir()
+            (path / "pids.max").write_text(str(limit))
+        except OSError as e:
+            log.debug("no pids cgroup (%s); fork bombs are bounded by the timeout only", e)
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+            return None
+        return cls(path)
+
+    def join_self(self) -> None:
+        """Move the calling process in (meant for a child between fork and exec)."""
+        fd = os.open(str(self.path / "cgroup.procs"), os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    def remove(self, wait_s: float = 2.0) -> None:
+        end = time.monotonic() + wait_s
+        while True:
+            for pid in self.pids():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if time.monotonic() > end:
+                    log.warning("could not remove cgroup %s", self.path)
+                    return
+                time.sleep(0.01)

@@ -1,0 +1,1 @@
+EXPECTED=42

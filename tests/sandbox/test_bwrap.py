@@ -1,0 +1,115 @@
+"""The bubblewrap backend: its layer building, its confinement and its speed."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+
+import pytest
+from conftest import data_task
+
+from mirl.sandbox import bwrap_backend
+from mirl.sandbox.base import SandboxConfig, SandboxError
+from mirl.sandbox.select import make_sandbox
+
+pytestmark = [
+    pytest.mark.bwrap,
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(
+        not bwrap_backend.available(),
+        reason="needs root, `apt-get install bubblewrap` and the base rootfs (`mirl image build`)",
+    ),
+]
+
+
+@pytest.fixture
+def sandbox():
+    return make_sandbox(SandboxConfig(backend="bwrap"))
+
+
+def test_missing_rootfs_says_how_to_build_it(monkeypatch, tmp_path, sandbox):
+    monkeypatch.setenv("MIRL_CACHE", str(tmp_path))
+    assert not bwrap_backend.available()
+    with pytest.raises(SandboxError, match="mirl image build"):
+        sandbox.start(data_task("contract-basic"))
+
+
+def test_from_image_is_substituted_and_logged(sandbox, caplog):
+    caplog.set_level(logging.INFO, logger="mirl.sandbox.bwrap_backend")
+    with sandbox.start(data_task("contract-basic")) as s:
+        assert s.run("cat /etc/debian_version").exit_code == 0
+    assert "ghcr.io/example/unpullable-base:1.0" in caplog.text
+
+
+def test_installing_missing_packages_is_refused_naming_the_line(sandbox, task_factory):
+    task = task_factory("apt", dockerfile="FROM ubuntu:24.04\nWORKDIR /app\nRUN apt-get update && apt-get install -y cowsay-mirl-missing\n")
+    with pytest.raises(SandboxError, match=r"line 3.*cowsay-mirl-missing.*docker"):
+        sandbox.start(task)
+    task = task_factory("pip", dockerfile="FROM python:3.12\nRUN pip install no-such-dist-mirl==1.0\n")
+    with pytest.raises(SandboxError, match=r"line 2.*no-such-dist-mirl"):
+        sandbox.start(task)
+    task = task_factory("curl", dockerfile="FROM debian\nRUN curl -fsSL https://example.com/x.sh | sh\n")
+    with pytest.raises(SandboxError, match="downloads"):
+        sandbox.start(task)
+
+
+def test_installing_present_packages_runs_with_shims(sandbox, task_factory):
+    task = task_factory(
+        "present",
+        dockerfile="FROM ubuntu\nRUN apt-get update && apt-get install -y python3 git && pip3 install pytest && touch /made\n",
+    )
+    with sandbox.start(task) as s:
+        assert s.run("test -f /made && ! test -e /.mirl-build && echo ok").output.strip() == "ok"
+
+
+def test_failing_run_line_reports_its_output(sandbox, task_factory):
+    task = task_factory("fails", dockerfile="FROM x\nRUN echo about-to-fail && false\n")
+    with pytest.raises(SandboxError, match=r"(?s)about-to-fail.*line 2"):
+        sandbox.start(task)
+
+
+def test_layer_is_built_once_and_reused(sandbox, task_factory):
+    task = task_factory("cached", dockerfile="FROM x\nWORKDIR /w\nRUN echo $RANDOM > /w/random\n")
+    with sandbox.start(task) as s:
+        first = s.run("cat /w/random").output
+    with sandbox.start(task) as s:
+        assert s.run("cat /w/random").output == first  # the RUN line did not run again
+
+
+def test_no_admin_capabilities_inside(sandbox):
+    with sandbox.start(data_task("contract-basic")) as s:
+        assert s.run("mount -t tmpfs none /mnt").exit_code != 0
+        assert s.run("mknod /tmp/disk b 8 0").exit_code != 0
+        eff = s.run("grep CapEff /proc/self/status").output.split()[1]
+        assert not int(eff, 16) & (1 << 21), "CAP_SYS_ADMIN must be dropped"
+        assert s.run("echo 1 > /proc/sys/vm/drop_caches").exit_code != 0
+
+
+def test_close_leaves_no_mounts_or_temp_dirs(sandbox):
+    s = sandbox.start(data_task("contract-basic"))
+    tmp = str(s.tmp)
+    s.run("echo data > /app/x")
+    s.close()
+    with open("/proc/self/mountinfo") as f:
+        assert tmp not in f.read()
+    assert not s.tmp.exists()
+
+
+def test_start_and_command_latency(sandbox, capsys):
+    task = data_task("contract-basic")
+    sandbox.start(task).close()  # builds the cached layer
+    starts, commands = [], []
+    for _ in range(5):
+        t0 = time.monotonic()
+        s = sandbox.start(task)
+        starts.append(time.monotonic() - t0)
+        for _ in range(5):
+            t0 = time.monotonic()
+            s.run("true")
+            commands.append(time.monotonic() - t0)
+        s.close()
+    start_ms, cmd_ms = statistics.median(starts) * 1000, statistics.median(commands) * 1000
+    with capsys.disabled():
+        print(f"\nbwrap: session start median {start_ms:.0f} ms, per-command median {cmd_ms:.1f} ms")
+    assert start_ms < 500 and cmd_ms < 100  # targets: 100 ms and ~10 ms on an idle machine

@@ -1,0 +1,147 @@
+"""The Sandbox contract (mirl.sandbox.base docstring), checked against every available backend."""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+import uuid
+
+import pytest
+from conftest import data_task
+
+from mirl.sandbox.base import TIMEOUT_EXIT_CODE
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def session(sandbox):
+    with sandbox.start(data_task("contract-basic")) as s:
+        yield s
+
+
+def test_task_files_workdir_env_and_run_lines(session):
+    r = session.run("pwd; echo $GREETING $DATA_DIR; cat data.txt /etc/contract/app.conf; cat $DATA_DIR/inner/readme.txt")
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines() == ["/app", "hello /srv/data", "line one", "line two", "mode = test", "from the archive"]
+    r = session.run("cat /app/built.txt && test -d /srv/data/made-by-run && ls -A /logs/verifier | wc -l")
+    assert r.output.split() == ["built", "0"], r.output
+
+
+def test_each_command_is_a_fresh_shell_but_files_persist(session):
+    assert session.run("cd /tmp && export FOO=1 && echo kept > /app/note.txt").exit_code == 0
+    r = session.run("pwd; echo ${FOO:-unset}; cat /app/note.txt")
+    assert r.output.split() == ["/app", "unset", "kept"]
+
+
+def test_exit_code_duration_and_interleaved_output(session):
+    r = session.run("echo out; echo err >&2; echo out2 >&1; exit 7")
+    assert r.exit_code == 7 and not r.timed_out
+    assert r.output.splitlines() == ["out", "err", "out2"]
+    assert 0 < r.duration_s < 5
+
+
+def test_returns_when_shell_exits_although_a_child_holds_the_pipe(session):
+    t0 = time.monotonic()
+    r = session.run("sleep 60 & echo started")
+    assert r.output.strip() == "started" and r.exit_code == 0
+    assert time.monotonic() - t0 < 3
+
+
+def test_background_service_survives_between_commands(session):
+    port = 20000 + uuid.uuid4().int % 20000
+    r = session.run(f"python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > /tmp/svc.pid")
+    assert r.exit_code == 0
+    r = session.run(
+        f"for i in $(seq 50); do curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}/ && exit 0; sleep 0.1; done; exit 1",
+        timeout=30,
+    )
+    assert r.exit_code == 0 and r.output.endswith("200"), r.output
+
+
+LIVE_SLEEPS = "ps -eo stat=,args= | grep -v '^Z' | grep -cE 'sleep 30[123]$'"  # zombies are dead already
+
+
+def test_timeout_kills_the_whole_tree_and_returns_in_time(session):
+    t0 = time.monotonic()
+    r = session.run("sleep 301 & (sleep 302; echo never) & sleep 303", timeout=1.5)
+    elapsed = time.monotonic() - t0
+    assert r.timed_out and r.exit_code == TIMEOUT_EXIT_CODE
+    assert elapsed < 1.5 + 2, elapsed
+    assert session.run(LIVE_SLEEPS).output.strip() == "0"
+
+
+def test_output_is_capped_and_a_1gb_flood_is_bounded(session):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    r = session.run("yes | head -c 1G; echo; echo THE-END", timeout=90)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert r.exit_code == 0 and r.truncated and not r.timed_out
+    limit = session.config.output_limit
+    assert len(r.output) < limit + 200
+    assert r.output.startswith("y\ny\n") and r.output.rstrip().endswith("THE-END")
+    assert "elided" in r.output
+    assert grown_mb < 200, f"memory grew by {grown_mb:.0f} MB"
+
+
+def test_non_utf8_output_is_replaced_not_fatal(session):
+    r = session.run(r"printf 'ok \xff\xfe done\n'")
+    assert r.exit_code == 0
+    assert "ok" in r.output and "done" in r.output and "\ufffd" in r.output
+
+
+def test_verify_copies_tests_only_afterwards_and_reads_reward(session):
+    assert session.run("test -e /tests/test.sh").exit_code != 0, "tests must not be visible to the agent"
+    assert session.verify().reward == 0.0
+    session.run("echo 42 > /app/answer.txt")
+    v = session.verify()
+    assert v.reward == 1.0 and v.error is None and v.exit_code == 0
+    assert "answer ok" in v.tail
+
+
+def test_missing_reward_file_scores_zero_with_an_error(sandbox, task_factory):
+    task = task_factory("noreward", test_sh="#!/bin/bash\necho checked\n")
+    with sandbox.start(task) as s:
+        v = s.verify()
+    assert v.reward == 0.0 and v.error and "reward" in v.error
+
+
+def test_verifier_timeout_is_reported(sandbox, task_factory):
+    task = task_factory("slowtest", test_sh="#!/bin/bash\nsleep 30\n", toml="[verifier]\ntimeout_sec = 1.0\n")
+    with sandbox.start(task) as s:
+        v = s.verify()
+    assert v.timed_out and v.reward == 0.0 and v.error
+
+
+def test_terminal_bench_layout_scores_by_exit_code(sandbox):
+    with sandbox.start(data_task("contract-tb1")) as s:
+        assert s.verify().reward == 0.0
+        s.run("touch /app/done.txt")
+        v = s.verify()
+    assert v.reward == 1.0, v
+
+
+def _host_pids_with(token: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if token.encode() in f.read():
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+def test_close_ends_processes_and_is_idempotent(sandbox):
+    token = f"MIRL_TEST_TOKEN={uuid.uuid4().hex}"
+    s = sandbox.start(data_task("contract-basic"))
+    with s:
+        assert s.run(f"export {token}; sleep 300 >/dev/null 2>&1 & sleep 0.2").exit_code == 0
+        assert _host_pids_with(token), "the background process should be running before close"
+    s.close()  # a second close is harmless
+    deadline = time.monotonic() + 5
+    while _host_pids_with(token) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _host_pids_with(token)

@@ -1,0 +1,78 @@
+"""Host-side process helpers: output collection, tree killing, pipe draining, output capping."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from mirl.sandbox.base import HeadTailBuffer
+from mirl.sandbox.process import Drainer, collect, kill_tree, marked_pids, marker_token
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _start(command: str, env: dict | None = None):
+    r, w = os.pipe()
+    proc = subprocess.Popen(["bash", "-c", command], stdout=w, stderr=w, stdin=subprocess.DEVNULL,
+                            start_new_session=True, env={"PATH": os.environ["PATH"], **(env or {})})
+    os.close(w)
+    return proc, r, os.pidfd_open(proc.pid)
+
+
+def test_collect_returns_when_the_shell_exits_though_a_child_holds_the_pipe():
+    proc, r, pidfd = _start("sleep 30 & echo done")
+    buf = HeadTailBuffer(1000)
+    t0 = time.monotonic()
+    code = collect(r, buf, time.monotonic() + 20, pidfd, proc.poll)
+    assert code == 0 and buf.text() == "done\n" and time.monotonic() - t0 < 2
+    kill_tree([], [proc.pid])
+    os.close(r)
+
+
+def test_collect_gives_up_at_the_deadline():
+    proc, r, pidfd = _start("echo first; sleep 30")
+    buf = HeadTailBuffer(1000)
+    t0 = time.monotonic()
+    assert collect(r, buf, time.monotonic() + 0.5, pidfd, proc.poll) is None
+    assert 0.5 <= time.monotonic() - t0 < 1.5 and buf.text() == "first\n"
+    kill_tree([], [proc.pid])
+    proc.wait(5)
+    os.close(r)
+
+
+def test_kill_tree_finds_children_that_left_the_session_by_marker():
+    marker = uuid.uuid4().hex
+    proc, r, _ = _start("setsid sleep 301 & sleep 302 & wait", env={"MIRL_CMD": marker})
+    token = marker_token("MIRL_CMD", marker)
+    deadline = time.monotonic() + 5
+    while len(marked_pids([token])) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(marked_pids([token])) == 3
+    assert kill_tree([token]) == 3
+    proc.wait(5)
+    time.sleep(0.1)
+    assert marked_pids([token]) == []
+    os.close(r)
+
+
+def test_drainer_keeps_a_writer_alive_after_we_stop_reading(tmp_path):
+    done = tmp_path / "done"
+    proc, r, _ = _start(f"for i in $(seq 2000); do echo line $i; done; touch {done}")
+    Drainer.shared().adopt(r)  # without a reader the writer would block on a full pipe forever
+    proc.wait(20)
+    assert proc.returncode == 0 and done.exists()
+
+
+def test_head_tail_buffer_keeps_both_ends_of_a_flood():
+    buf = HeadTailBuffer(100)
+    buf.feed(b"HEAD" + b"x" * 10_000)
+    for _ in range(50):
+        buf.feed(b"y" * 100_000)
+    buf.feed(b"TAIL")
+    text = buf.text()
+    assert text.startswith("HEAD") and text.endswith("TAIL") and "elided" in text and buf.truncated
+    assert buf.total == 4 + 10_000 + 5_000_000 + 4
