@@ -231,6 +231,9 @@ class LLMClient:
                 resp = litellm.completion(model=rc.model, messages=messages, timeout=timeout, num_retries=0, **kwargs)
             except Exception as e:  # noqa: BLE001 - classified below, re-raised as LLMError
                 latency = time.perf_counter() - t0
+                cause = _in_process_cause(e) if providers.is_in_process(rc.model) else None
+                if cause is not None:  # litellm wraps a local model's own exceptions as connection errors
+                    e = cause
                 kind = classify(e)
                 if kind in ("rate_limit", "server", "timeout", "connection") and attempt < max_tries:
                     self._sleep(self._backoff(attempt))
@@ -272,6 +275,21 @@ class LLMClient:
                 finish_reason=str(getattr(ch, "finish_reason", "") or ""),
                 tool_calls=[_as_dict(t) for t in calls], sample_index=indices[i]))
         return out
+
+
+def _in_process_cause(exc: BaseException) -> BaseException | None:
+    """The exception an in-process model itself raised, under litellm's generic wrapping (None if none)."""
+    litellm = providers.import_litellm()
+    if type(exc) is not litellm.APIConnectionError:  # litellm's catch-all for exceptions it does not know
+        return None
+    e: BaseException | None = exc
+    for _ in range(12):
+        if e is None:
+            return None
+        if type(e).__module__.split(".")[0] not in ("litellm", "openai", "httpx", "httpcore"):
+            return e
+        e = e.__cause__ if e.__cause__ is not None else (None if e.__suppress_context__ else e.__context__)
+    return None
 
 
 def _storable(c: Completion) -> Completion:

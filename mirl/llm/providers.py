@@ -35,13 +35,15 @@ def import_litellm():
     return litellm
 
 
-def _response(litellm, model_response, model: str, choices: list[tuple[str, str, int]], prompt_tokens: int,
+def _response(litellm, model_response, model: str, choices: list[tuple], prompt_tokens: int,
               completion_tokens: int):
+    """choices: (text, finish_reason, output_tokens[, tool_calls]) per sample."""
     # per-sample token counts ride along in provider_specific_fields (the usage block only has the sum)
     model_response.choices = [
-        litellm.Choices(index=i, finish_reason=reason, message=litellm.Message(
-            content=text, role="assistant", provider_specific_fields={OUTPUT_TOKENS_KEY: n_out}))
-        for i, (text, reason, n_out) in enumerate(choices)
+        litellm.Choices(index=i, finish_reason=ch[1], message=litellm.Message(
+            content=ch[0], role="assistant", tool_calls=(ch[3] if len(ch) > 3 and ch[3] else None),
+            provider_specific_fields={OUTPUT_TOKENS_KEY: ch[2]}))
+        for i, ch in enumerate(choices)
     ]
     model_response.model = model
     model_response.created = int(time.time())
@@ -66,7 +68,7 @@ def _make_handlers():
             n = int(optional_params.get("n") or 1)
             outs = sm.complete(messages, n=n)
             return _response(litellm, model_response, f"scripted/{model}",
-                             [(c.text, c.finish_reason, c.output_tokens) for c in outs],
+                             [(c.text, c.finish_reason, c.output_tokens, c.tool_calls) for c in outs],
                              outs[0].input_tokens if outs else 0, sum(c.output_tokens for c in outs))
 
     class LocalProvider(CustomLLM):

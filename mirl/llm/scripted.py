@@ -18,7 +18,8 @@ from typing import Any
 
 from mirl.llm.types import Completion, Message
 
-Reply = str | BaseException
+# A reply is text, an exception to raise, or {"content": str, "tool_calls": [OpenAI-style calls]}.
+Reply = str | dict[str, Any] | BaseException
 ReplyFn = Callable[[list[Message]], Reply]
 
 
@@ -63,7 +64,7 @@ class ScriptedModel:
             return None
         return len(self._replies) - self._next
 
-    def _one(self, messages: list[Message]) -> str:
+    def _one(self, messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
         if callable(self._replies):
             reply = self._replies(messages)
         else:
@@ -78,9 +79,11 @@ class ScriptedModel:
                 self._next += 1
         if isinstance(reply, BaseException):
             raise reply
+        if isinstance(reply, dict):
+            return str(reply.get("content") or ""), list(reply.get("tool_calls") or [])
         if not isinstance(reply, str):
             raise TypeError(f"scripted model {self.name!r}: reply must be a string, got {type(reply).__name__}")
-        return reply
+        return reply, []
 
     def complete(self, messages: list[Message], n: int = 1, **kwargs: Any) -> list[Completion]:
         """`n` replies to one prompt; sampling keyword arguments are accepted and ignored."""
@@ -88,10 +91,11 @@ class ScriptedModel:
             self.calls.append([dict(m) for m in messages])
         n_in = input_words(messages)
         out = []
-        for _ in range(n):
-            text = self._one(messages)
-            out.append(Completion(text=text, model=f"scripted/{self.name}", input_tokens=n_in,
-                                  output_tokens=count_words(text), finish_reason="stop"))
+        for i in range(n):
+            text, calls = self._one(messages)
+            n_out = count_words(text) + sum(count_words(c.get("function", {}).get("arguments", "")) for c in calls)
+            out.append(Completion(text=text, model=f"scripted/{self.name}", input_tokens=n_in, output_tokens=n_out,
+                                  finish_reason="tool_calls" if calls else "stop", tool_calls=calls, sample_index=i))
         return out
 
 

@@ -63,6 +63,10 @@ def kill_marked(marker):
         reap()
 
 
+def count_processes():
+    return sum(1 for e in os.listdir("/proc") if e.isdigit()) - 1  # not counting PID 1
+
+
 def kill_everything():
     """Used when the process limit is exhausted (a fork bomb): nothing else can run otherwise."""
     for _ in range(20):
@@ -103,10 +107,15 @@ def run(req):
     limit = max(2, int(req.get("limit") or 10000))
     half = limit // 2
     head, tail, total = bytearray(), bytearray(), 0
+    note = b""
+    pids_limit = int(req.get("pids_limit") or 0)
+    if pids_limit and count_processes() >= 0.9 * pids_limit:  # e.g. a fork bomb still running
+        count = count_processes()
+        kill_everything()
+        note = b"[sandbox: %d processes filled the process limit; every background process was killed]\n" % count
     try:
         r, w = os.pipe()
         pid = spawn(req, w)
-        note = b""
     except OSError as e:
         if e.errno not in (errno.EAGAIN, errno.ENOMEM):
             raise
@@ -160,9 +169,8 @@ def run(req):
     if timed_out:
         kill_marked(req["id"])
         exit_code = 124
-    pids_limit = int(req.get("pids_limit") or 0)
     if pids_limit:
-        count = sum(1 for e in os.listdir("/proc") if e.isdigit()) - 1
+        count = count_processes()
         if count >= 0.9 * pids_limit:  # a fork bomb left running would make every later command fail
             kill_everything()
             feed(b"\n[sandbox: %d processes filled the process limit; every background process was killed]\n" % count)

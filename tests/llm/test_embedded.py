@@ -55,3 +55,17 @@ def test_smollm2_greedy_stop_and_context_errors(make_client):
     with pytest.raises(LLMError) as err:
         client.complete("policy", PROMPT)
     assert err.value.kind == "context_length" and client.slept == []
+
+
+@pytest.mark.skipif(bool(MISSING), reason=MISSING or "")
+def test_converted_copy_loads_fast_and_answers_the_same(tmp_path, monkeypatch):
+    monkeypatch.setenv("MIRL_CACHE", str(tmp_path))
+    gguf = embedded.smollm2_gguf()
+    first = embedded.load_gguf(gguf)  # converts and keeps a plain checkpoint
+    assert (embedded.converted_dir(gguf) / "model.safetensors").exists()
+    assert not [p for p in embedded.converted_dir(gguf).parent.iterdir() if p.name.startswith(".tmp-")]
+    second = embedded.load_gguf(gguf)
+    assert second.load_seconds < first.load_seconds
+    a = first.generate(PROMPT, [0], max_tokens=6, temperature=0.0)
+    b = second.generate(PROMPT, [0], max_tokens=6, temperature=0.0)
+    assert a.samples[0].text == b.samples[0].text and a.prompt_tokens == b.prompt_tokens

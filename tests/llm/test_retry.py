@@ -83,3 +83,18 @@ def test_unknown_scripted_model_is_not_found(make_client):
     with pytest.raises(LLMError) as err:
         client.complete("policy", USER)
     assert err.value.kind == "not_found"
+
+
+def test_a_local_models_own_exception_is_not_retried(scripted, make_client):
+    _, name = scripted([])  # an exhausted script: a bug in the test, not a flaky network
+    client = make_client({"policy": name})
+    with pytest.raises(LLMError, match="ScriptRanOut: scripted model .* ran out of replies") as err:
+        client.complete("policy", USER)
+    assert err.value.kind == "error" and client.slept == []
+    assert "Traceback" not in str(err.value)
+
+
+def test_builtin_connection_error_from_a_local_model_is_retried(scripted, make_client):
+    _, name = scripted([ConnectionError("socket closed"), "ok"])
+    client = make_client({"policy": name})
+    assert client.complete("policy", USER)[0].text == "ok" and len(client.slept) == 1

@@ -57,3 +57,15 @@ def test_provider_survives_a_reset_of_litellms_map(scripted, make_client):
     client = make_client({"policy": name})
     litellm.custom_provider_map = []  # e.g. another library configuring its own providers
     assert client.complete("policy", USER)[0].text == "still here"
+
+
+def test_tool_call_replies_directly_and_through_client(scripted, make_client):
+    call = {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls -la"}'}}
+    reply = {"content": "", "tool_calls": [call]}
+    [direct] = ScriptedModel([reply]).complete(USER)
+    assert direct.tool_calls == [call] and direct.finish_reason == "tool_calls"
+    _, name = scripted([reply])
+    [c] = make_client({"policy": name}).complete("policy", USER)
+    assert c.tool_calls[0]["function"]["name"] == "bash"
+    assert c.tool_calls[0]["function"]["arguments"] == '{"command": "ls -la"}'
+    assert c.output_tokens == 3

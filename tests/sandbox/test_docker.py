@@ -263,3 +263,12 @@ def test_close_removes_container_with_daemons_and_is_idempotent(docker_sandbox, 
         docker_sandbox.client.containers.get(cid)
     host = os.popen("ps -eo args").read()
     assert "sleep 777" not in host and "sleep 778" not in host
+
+
+def test_requests_injected_into_pid1_do_not_confuse_the_session(docker_sandbox, task):
+    with docker_sandbox.start(task) as s:
+        assert s._pid1 is not None
+        s.run("""echo '{"id": "x", "cmd": "echo injected"}' > /proc/1/fd/0; echo 'not json' > /proc/1/fd/0""")
+        r = s.run("echo mine")
+        assert r.output == "mine\n" and r.exit_code == 0
+        assert s._pid1 is not None
