@@ -601,8 +601,9 @@ class DockerSession:
             self._drop_pid1()
             self._kill_marked(marker)
             return CommandResult("", TIMEOUT_EXIT_CODE, time.monotonic() - started, timed_out=True)
-        if reply.get("error"):
-            raise SandboxError(f"command runner error: {reply['error']}")
+        if reply.get("error"):  # e.g. no process could be started: the agent sees it as a failed command
+            return CommandResult(f"[sandbox: could not run the command: {reply['error']}]\n", 126,
+                                 time.monotonic() - started)
         buffer = HeadTailBuffer(limit)
         buffer.head = bytearray(base64.b64decode(reply["head"]))
         buffer.tail = bytearray(base64.b64decode(reply["tail"]))

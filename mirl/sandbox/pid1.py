@@ -113,10 +113,12 @@ def run(req):
         count = count_processes()
         kill_everything()
         note = b"[sandbox: %d processes filled the process limit; every background process was killed]\n" % count
+    r, w = os.pipe()
     try:
-        r, w = os.pipe()
         pid = spawn(req, w)
     except OSError as e:
+        os.close(r)
+        os.close(w)
         if e.errno not in (errno.EAGAIN, errno.ENOMEM):
             raise
         kill_everything()

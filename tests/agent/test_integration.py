@@ -1,11 +1,15 @@
 """The harness against real sandboxes (podman via the Docker API, bubblewrap) and the real SmolLM2."""
 
+from pathlib import Path
+
 import pytest
 
 from mirl.agent import AgentConfig, run_episode
 from mirl.sandbox.base import SandboxConfig, SandboxError
 from mirl.tasks import load_task
 from agent_doubles import SUBMIT, bash, write_hello_task
+
+BUNDLED = Path(__file__).resolve().parents[2] / "tasks"
 
 
 def _sandbox(backend):
@@ -67,7 +71,7 @@ def smollm2(tmp_path_factory):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_smollm2_plays_three_steps(tmp_path, backend, smollm2):
     sandbox = _sandbox(backend)
-    task = load_task(write_hello_task(tmp_path))
+    task = load_task(BUNDLED / "count-lines")  # a bundled task, as users run them
     cfg = AgentConfig(max_steps=3, max_output_tokens=48, agent_timeout_s=600)  # a busy CPU is slow
     t = run_episode(task, sandbox, smollm2, cfg, seed=1)
     if t.exit_reason == "error" and "SandboxError" in (t.error or ""):
