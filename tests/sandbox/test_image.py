@@ -107,3 +107,15 @@ def test_import_labels_the_image_and_reuses_it(docker_sandbox, tmp_path, via):
             docker_sandbox.client.images.remove(name, force=True)
         except Exception:
             pass
+
+
+@pytest.mark.podman
+def test_cli_status_and_build_reuse(docker_sandbox):
+    import sys
+
+    status = subprocess.run([sys.executable, "-m", "mirl", "image", "status"], capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stderr
+    assert "rootfs" in status.stdout and "image mirl-base" in status.stdout and ": current" in status.stdout
+    build = subprocess.run([sys.executable, "-m", "mirl", "image", "build"], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    assert "rootfs" in build.stdout and "reused" in build.stdout
