@@ -13,6 +13,7 @@ import json
 import logging
 import os
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -56,37 +57,51 @@ def rollout_config(p: ProfilingParams, run_dir: Path) -> RolloutConfig:
     )
 
 
-def make_hook_factory(p: ProfilingParams, client: Any):
-    if p.localizer in ("llm", "both") and not p.localizer_model:
-        raise ValueError("localizer=llm|both needs localizer_model (a litellm model name)")
-    if p.teacher == "llm" and not p.teacher_model:
-        raise ValueError("teacher=llm needs teacher_model (a litellm model name)")
-    models = {"localizer": "rules" if p.localizer == "rules" else p.localizer_model,
-              "teacher": "reference-solution" if p.teacher == "reference" else p.teacher_model}
-    if p.localizer == "both":
-        models["localizer"] = f"rules+{p.localizer_model}"
+_CLIENTS: dict[tuple[str, str], Any] = {}
 
-    def factory() -> ProfilingHook:
+
+class HookFactory:
+    """Makes one ProfilingHook per episode. Picklable (no live client inside), so Ray workers can use it:
+    each process builds its own LLM client for the run on first use."""
+
+    def __init__(self, p: ProfilingParams, llm: LLMConfig, run_dir: str | Path):
+        if p.localizer in ("llm", "both") and not p.localizer_model:
+            raise ValueError("localizer=llm|both needs localizer_model (a litellm model name)")
+        if p.teacher == "llm" and not p.teacher_model:
+            raise ValueError("teacher=llm needs teacher_model (a litellm model name)")
+        self.p, self.llm, self.run_dir = p, llm, str(run_dir)
+        self.models = {"localizer": {"rules": "rules", "llm": p.localizer_model,
+                                     "both": f"rules+{p.localizer_model}"}[p.localizer],
+                       "teacher": "reference-solution" if p.teacher == "reference" else p.teacher_model}
+
+    def client(self) -> Any:
+        from mirl.llm.client import LLMClient
+
+        key = (self.run_dir, json.dumps(asdict(self.llm), sort_keys=True, default=str))
+        if key not in _CLIENTS:
+            _CLIENTS[key] = LLMClient(self.llm, run_dir=self.run_dir, stage=STAGE)
+        return _CLIENTS[key]
+
+    def __call__(self) -> ProfilingHook:
+        p = self.p
         judges = []
         if p.localizer in ("rules", "both"):
             judges.append(RuleLocalizer())
         if p.localizer in ("llm", "both"):
-            judges.append(LLMLocalizer(client))
+            judges.append(LLMLocalizer(self.client()))
         localizer = judges[0] if len(judges) == 1 else EitherLocalizer(judges)
-        teacher = ReferenceTeacherAdapter() if p.teacher == "reference" else LLMTeacher(client, p.action_format)
-        return ProfilingHook(localizer, teacher, tries=p.teacher_tries, models=models)
-
-    return factory
+        teacher = ReferenceTeacherAdapter() if p.teacher == "reference" else LLMTeacher(self.client(), p.action_format)
+        return ProfilingHook(localizer, teacher, tries=p.teacher_tries, models=self.models)
 
 
 def run_profiling(p: ProfilingParams, run_dir: str | Path, tasks=None, sandbox=None, policy=None) -> dict[str, Any]:
     """Play every missing (task, seed) episode with the hook, then rewrite error steps and summary."""
     from mirl.agent.rollout import load_tasks
-    from mirl.llm.client import LLMClient
 
     run_dir = Path(run_dir)
     cfg = rollout_config(p, run_dir)
-    client = LLMClient(cfg.llm, run_dir=run_dir, stage=STAGE)
+    factory = HookFactory(p, cfg.llm, run_dir)
+    client = factory.client()
     if tasks is None:
         tasks = load_tasks(cfg)
         if p.max_tasks > 0:
@@ -96,8 +111,7 @@ def run_profiling(p: ProfilingParams, run_dir: str | Path, tasks=None, sandbox=N
         if missing:
             log.warning("no reference solution for %d task(s) (%s...): flagged steps there are discarded",
                         len(missing), ", ".join(missing[:3]))
-    run_rollouts(cfg, tasks=tasks, model=policy or client.model("policy"), sandbox=sandbox,
-                 hook_factory=make_hook_factory(p, client))
+    run_rollouts(cfg, tasks=tasks, model=policy or client.model("policy"), sandbox=sandbox, hook_factory=factory)
     return write_outputs(run_dir)
 
 

@@ -88,6 +88,7 @@ class LocalSession:
         self.task, self.config = task, config
         self.id = uuid.uuid4().hex
         self.lock = threading.Lock()
+        self.sweeper: threading.Thread | None = None  # still killing what a timed-out command left
         self.closed = False
         self.sids: list[int] = []
         self.tmp = Path(tempfile.mkdtemp(prefix="mirl-local-"))
@@ -200,7 +201,8 @@ class LocalSession:
                 tokens = [marker_token(MARKER_VAR, marker)]
                 if kill_tree(tokens, [proc.pid]):
                     # on a loaded machine a fork bomb can outrun one budget: keep sweeping a while
-                    threading.Thread(target=_sweep_on, args=(tokens, [proc.pid]), daemon=True).start()
+                    self.sweeper = threading.Thread(target=_sweep_on, args=(tokens, [proc.pid]), daemon=True)
+                    self.sweeper.start()
                 try:
                     proc.wait(timeout=0.5)
                 except subprocess.TimeoutExpired:
@@ -213,6 +215,9 @@ class LocalSession:
 
     def run(self, command: str, timeout: float | None = None, env: dict[str, str] | None = None) -> CommandResult:
         timeout = self.config.command_timeout_s if timeout is None else timeout
+        if self.sweeper is not None:  # let the last timeout's sweep finish so this command can fork
+            self.sweeper.join(timeout=10)
+            self.sweeper = None
         return self._exec(command, timeout, env)
 
     def _put_tests(self) -> None:

@@ -7,6 +7,7 @@ bound runaway output and time, and leave no process behind.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -81,7 +82,7 @@ def test_fork_bomb_is_bounded(sandbox):
         assert time.monotonic() - t0 < 4 + 2
         after = s.run("echo alive", timeout=20)
         assert after.output.strip() == "alive", after.output
-    assert os.getloadavg() is not None  # the host still answers
+    assert subprocess.run(["true"]).returncode == 0, "the host can still start processes"
 
 
 def test_output_flood_that_never_ends(session):
