@@ -49,6 +49,9 @@ class RolloutConfig:
     seeds: int = field(default=2, metadata={"help": "episodes per task, with seeds first_seed .. first_seed+seeds-1"})
     first_seed: int = field(default=0, metadata={"help": "the first seed"})
     out: str = field(default="runs/rollout", metadata={"help": "run directory; trajectories go to trajectories.jsonl"})
+    ledger_dir: str = field(default="", metadata={
+        "help": "where the LLM ledger (llm_calls.jsonl) and cache live; empty: `out`. Stages point it at runs/<name>"})
+    stage: str = field(default="rollout", metadata={"help": "stage name written on every LLM ledger row"})
     workers: int = field(default=1, metadata={"help": "episodes played at once (threads, or Ray tasks in flight)"})
     ray_address: str | None = field(default=None, metadata={
         "help": "Ray cluster address (e.g. auto or ray://host:10001); empty: local threads. Task paths must "
@@ -145,7 +148,7 @@ def _worker_resources(config_json: str):
             from mirl.sandbox.select import make_sandbox
 
             config = build(RolloutConfig, json.loads(config_json))
-            client = LLMClient(config.llm_config(), run_dir=config.out, stage="rollout")
+            client = LLMClient(config.llm_config(), run_dir=config.ledger_dir or config.out, stage=config.stage)
             _WORKER_CACHE[config_json] = (client.model("policy"), make_sandbox(config.sandbox))
         return _WORKER_CACHE[config_json]
 
@@ -228,7 +231,7 @@ def run_rollouts(
             from mirl.sandbox.select import make_sandbox
 
             if model is None:
-                model = LLMClient(config.llm_config(), run_dir=out, stage="rollout").model("policy")
+                model = LLMClient(config.llm_config(), run_dir=config.ledger_dir or out, stage=config.stage).model("policy")
             if sandbox is None:
                 sandbox = make_sandbox(config.sandbox)
         executor = _ThreadExecutor(config.workers, model, sandbox, config.agent)

@@ -49,7 +49,8 @@ def llm_config(p: ProfilingParams) -> LLMConfig:
 def rollout_config(p: ProfilingParams, run_dir: Path) -> RolloutConfig:
     tasks = [t.strip() for t in p.tasks.split(",") if t.strip()]
     return RolloutConfig(
-        tasks=tasks, seeds=p.seeds, out=str(run_dir / STAGE), workers=p.workers, ray_address=p.ray_address or None,
+        tasks=tasks, seeds=p.seeds, out=str(run_dir / STAGE), ledger_dir=str(run_dir), stage=STAGE,
+        workers=p.workers, ray_address=p.ray_address or None,
         retry_errors=True, model=p.policy_model, llm=llm_config(p),
         agent=AgentConfig(action_format=p.action_format, max_steps=p.max_steps, command_timeout_s=p.command_timeout_s,
                           temperature=p.policy_temperature, max_output_tokens=p.policy_max_tokens),
