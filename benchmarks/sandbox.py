@@ -2,9 +2,12 @@
 
 Fresh-session start latency and per-command latency of every sandbox backend available here
 (`make_sandbox` for docker, bwrap, local), side by side with mini-swe-agent's own environments
-(`pip install mini-swe-agent`: its DockerEnvironment driving the podman CLI on the same image,
-and its LocalEnvironment). Prints one table with ratios to mini-swe-agent's equivalent
-(containers vs its docker environment, local vs its local environment).
+(`pip install mini-swe-agent`): its DockerEnvironment driving the podman CLI on the same image,
+its BubblewrapEnvironment on the same base root filesystem as our bwrap backend (its default
+flags otherwise: one `bwrap ... bash -c` per command), and its LocalEnvironment. Only the
+equivalents of the backends named in --backends run (`--backends local` times the two local rows).
+Prints one table with each row's ratio to its equivalent: docker vs mini-swe-agent docker, bwrap
+vs mini-swe-agent bubblewrap, local vs mini-swe-agent local.
 Targets: per-command latency at most half of mini-swe-agent's; container start <= 500 ms with
 the image already built. Run it on a quiet machine: the numbers are wall-clock medians.
 """
@@ -117,6 +120,44 @@ def bench_mini_docker(task, starts: int, repeats: int) -> dict:
             "command_p90_ms": 1000 * sorted(cmd_times)[int(0.9 * len(cmd_times))]}
 
 
+def bench_mini_bubblewrap(repeats: int) -> dict:
+    """mini-swe-agent's bubblewrap environment with our base rootfs as its root (read-only, as its
+    default binds of the host's /usr, /bin, /lib, /etc are), a tmpfs /tmp and its other defaults."""
+    from minisweagent.environments.extra.bubblewrap import BubblewrapEnvironment, BubblewrapEnvironmentConfig
+
+    from mirl.sandbox.image import rootfs_dir
+
+    rootfs = rootfs_dir()
+    if not (rootfs / "bin").exists():
+        raise SandboxError(f"no base root filesystem at {rootfs}: run `mirl image build` first")
+    defaults = BubblewrapEnvironmentConfig().wrapper_args
+    host_binds = {"/usr", "/bin", "/lib", "/lib64", "/etc"}
+    wrapper_args, i = ["--ro-bind", str(rootfs), "/"], 0
+    while i < len(defaults):  # its defaults minus the host directories the rootfs replaces
+        if defaults[i] == "--ro-bind" and defaults[i + 1] in host_binds:
+            i += 3
+            continue
+        wrapper_args.append(defaults[i])
+        i += 1
+    cmd_times = []
+    t0 = time.perf_counter()
+    env = BubblewrapEnvironment(wrapper_args=wrapper_args)  # cwd: its own temp dir, under the tmpfs /tmp
+    start = time.perf_counter() - t0  # it keeps no sandbox between commands: a start is a mkdir
+    try:
+        for command in COMMANDS:
+            env.execute({"command": command})
+        for _ in range(repeats):
+            for command in COMMANDS:
+                t0 = time.perf_counter()
+                out = env.execute({"command": command})
+                cmd_times.append(time.perf_counter() - t0)
+                assert out["returncode"] == 0, f"mini bubblewrap: {command!r} failed: {out}"
+    finally:
+        env.cleanup()
+    return {"start_ms": 1000 * start, "close_ms": 0.0, "command_ms": median_ms(cmd_times),
+            "command_p90_ms": 1000 * sorted(cmd_times)[int(0.9 * len(cmd_times))]}
+
+
 def bench_mini_local(repeats: int) -> dict:
     from minisweagent.environments.local import LocalEnvironment
 
@@ -148,33 +189,43 @@ def main(argv: list[str] | None = None) -> int:
     task = load_task(args.task)
 
     rows: dict[str, dict] = {}
-    for backend in args.backends.split(","):
+    backends = args.backends.split(",")
+    for backend in backends:
         try:
             rows[backend] = bench_ours(backend, task, args.starts, args.repeats)
         except (SandboxError, ImportError) as e:
             print(f"{backend}: skipped ({e})", file=sys.stderr)
-    try:
-        rows["mini-swe-agent docker (podman CLI)"] = bench_mini_docker(task, args.starts, args.repeats)
-    except ImportError:
-        print("mini-swe-agent docker: skipped (pip install mini-swe-agent)", file=sys.stderr)
-    except (SandboxError, subprocess.SubprocessError, OSError) as e:
-        print(f"mini-swe-agent docker: skipped ({e})", file=sys.stderr)
-    try:
-        rows["mini-swe-agent local"] = bench_mini_local(args.repeats)
-    except ImportError:
-        print("mini-swe-agent local: skipped (pip install mini-swe-agent)", file=sys.stderr)
+    mini_docker, mini_bwrap, mini_local = (
+        "mini-swe-agent docker (podman CLI)", "mini-swe-agent bubblewrap", "mini-swe-agent local")
+    minis = [("docker", mini_docker, lambda: bench_mini_docker(task, args.starts, args.repeats)),
+             ("bwrap", mini_bwrap, lambda: bench_mini_bubblewrap(args.repeats)),
+             ("local", mini_local, lambda: bench_mini_local(args.repeats))]
+    for backend, name, bench in minis:
+        if backend not in backends:
+            continue
+        try:
+            rows[name] = bench()
+        except ImportError:
+            print(f"{name}: skipped (pip install mini-swe-agent)", file=sys.stderr)
+        except (SandboxError, subprocess.SubprocessError, OSError, AssertionError) as e:
+            print(f"{name}: skipped ({e})", file=sys.stderr)
 
-    ref_container = rows.get("mini-swe-agent docker (podman CLI)")
-    ref_local = rows.get("mini-swe-agent local")
+    equivalent = {"docker": mini_docker, "bwrap": mini_bwrap, "local": mini_local}
+    equivalent.update({name: name for name in equivalent.values()})
     print(f"\n{len(COMMANDS)} commands x {args.repeats} passes, {args.starts} fresh sessions; medians in ms\n")
     print(f"| {'environment':36} | start ms | close ms | command ms | p90 ms | command vs mini | start vs mini |")
     print(f"| {'-' * 36} | -------- | -------- | ---------- | ------ | --------------- | ------------- |")
     for name, row in rows.items():
-        ref = ref_local if name in ("local", "mini-swe-agent local") else ref_container
+        ref = rows.get(equivalent.get(name, ""))
         cmd_ratio = f"{row['command_ms'] / ref['command_ms']:.2f}x" if ref else "-"
         start_ratio = f"{row['start_ms'] / ref['start_ms']:.2f}x" if ref and ref["start_ms"] > 1 else "-"
         print(f"| {name:36} | {row['start_ms']:8.0f} | {row['close_ms']:8.0f} | {row['command_ms']:10.1f} | "
               f"{row['command_p90_ms']:6.1f} | {cmd_ratio:>15} | {start_ratio:>13} |")
+    ratios = [(ours, ref) for ours, ref in equivalent.items() if ours in rows and ref in rows and ours != ref]
+    if ratios:
+        print("\nper-command latency, ours / mini-swe-agent's equivalent (target <= 0.50x):")
+        for ours, ref in ratios:
+            print(f"  {ours:6} vs {ref:36} {rows[ours]['command_ms'] / rows[ref]['command_ms']:.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -159,7 +159,7 @@ def execute(spec: RunSpec) -> Path:
         papermill.execute_notebook(
             str(notebook), str(output), parameters=parameters, kernel_name=spec.kernel,
             cwd=str(Path.cwd()), execution_timeout=spec.cell_timeout_s, progress_bar=True,
-            log_output=False, report_mode=False,
+            log_output=True, report_mode=False,
         )
     finally:
         hits = redact_secrets(output)

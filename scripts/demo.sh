@@ -7,7 +7,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --system
 VENV=${MIRL_VENV:-.venv}
 export PATH="$PWD/$VENV/bin:$PATH"
-if command -v debootstrap >/dev/null && [ "$(id -u)" = 0 ]; then
-  mirl image build
-fi
 exec mirl run notebooks/[0-9]*.ipynb --params params/demo.yaml --name "${1:-demo}"

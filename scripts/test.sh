@@ -7,9 +7,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --system
 VENV=${MIRL_VENV:-.venv}
 export PATH="$PWD/$VENV/bin:$PATH"
-if command -v debootstrap >/dev/null && [ "$(id -u)" = 0 ]; then
-  mirl image build
-fi
 set +e
 python -m pytest "$@"
 rc=$?

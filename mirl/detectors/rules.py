@@ -156,6 +156,31 @@ def recheck_unchanged_after_success(traj: Trajectory) -> list[Flag]:
     return flags
 
 
+# --- 3b
+
+
+@detector(
+    "repeat-unchanged-after-success",
+    """The agent runs the very same state-changing or no-op command again right after it succeeded, so the
+    repetition can neither change the state nor teach it anything new (an action loop).
+    It is not repeating a read-only check (see recheck-unchanged-after-success), not a retry after a
+    failure, and not polling with sleep/wait.""",
+)
+def repeat_unchanged_after_success(traj: Trajectory) -> list[Flag]:
+    flags = []
+    for j in range(1, len(traj.steps)):
+        step, prev = traj.steps[j], traj.steps[j - 1]
+        if not step.command or not step.command.strip() or is_submit(step.command) or step.command != prev.command:
+            continue
+        if _failed(prev) or prev.exit_code is None:
+            continue
+        cmd = classify(step.command)
+        if (cmd.read_only and any(s.kind in {READ, TEST} for s in cmd.segments)) or _waits(cmd):
+            continue  # a repeated check is the other detector's; waiting is legitimate
+        flags.append(Flag(j, f"same command as step {j - 1}, which succeeded; repeated unchanged: {short(step.command)}"))
+    return flags
+
+
 # --- 4
 
 VIEWERS = frozenset("cat head tail less more".split())

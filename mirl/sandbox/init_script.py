@@ -12,7 +12,9 @@ host sends `marshal`-ed dicts (the init imports only built-in modules: Python st
 the init answers in plain ASCII words, so the host never deserialises anything rich from inside.
 
 - host -> init ``{"op": "run", "id", "argv", "env", "cwd"}`` + fds [out_w, out_r, (stdin)]:
-  fork, setsid, stdin/stdout/stderr wired, exec. Reply ``started ID PID``.
+  fork, setsid, stdin/stdout/stderr wired, exec. Reply ``started ID PID``. With ``"spawn":
+  "posix"`` in the message the command is started by `os.posix_spawn` instead (vfork: no copy of
+  the init's page tables, about half a millisecond less per command); the init chdirs for it.
 - init -> host ``exit ID CODE`` when that shell exits (128+N for signal N).
 - host -> init ``{"op": "release", "id"}``: the host stopped reading; init drains out_r to EOF so
   background children that still write to it do not die of SIGPIPE.
@@ -32,6 +34,8 @@ signal.signal(signal.SIGCHLD, lambda *a: None)
 for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(s, signal.SIG_IGN)
 running, outs, drains = {}, {}, set()
+os.set_inheritable(ctl.fileno(), False)
+DEFAULT_SIGS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 def send(*words):
     try:
@@ -45,11 +49,45 @@ def recv():
     for level, kind, payload in anc:
         if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
             fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    for fd in fds:  # no command inherits another's pipes (posix_spawn closes only close-on-exec fds)
+        os.set_inheritable(fd, False)
     return data, list(fds)
+
+def spawn_posix(m, out_w, stdin):
+    try:
+        os.chdir(m["cwd"])
+    except OSError as e:
+        os.write(out_w, ("mirl: cannot enter working directory %s: %s\n" % (m["cwd"], e.strerror)).encode())
+        os.chdir("/")
+    if stdin is not None:
+        acts = [(os.POSIX_SPAWN_DUP2, stdin, 0)]
+    else:
+        acts = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)]
+    acts += [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, out_w, 2)]
+    try:
+        return os.posix_spawn(m["argv"][0], m["argv"], m["env"], file_actions=acts, setsid=True,
+                              setsigmask=(), setsigdef=DEFAULT_SIGS)
+    except OSError as e:
+        os.write(out_w, ("mirl: cannot start %s: %s\n" % (m["argv"][0], e)).encode())
+        return None
+    finally:
+        os.chdir("/")
 
 def spawn(m, fds):
     out_w, out_r = fds[0], fds[1]
     stdin = fds[2] if len(fds) > 2 else None
+    if m.get("spawn") == "posix":
+        pid = spawn_posix(m, out_w, stdin)
+        os.close(out_w)
+        if stdin is not None:
+            os.close(stdin)
+        outs[m["id"]] = out_r
+        if pid is None:
+            send("exit", m["id"], 127)
+            return
+        running[pid] = m["id"]
+        send("started", m["id"], pid)
+        return
     pid = os.fork()
     if pid == 0:
         try:

@@ -9,15 +9,25 @@ paths resolve without touching the host's real directories (empty mount points m
 Otherwise commands run in the temp copy of WORKDIR and absolute paths point at the host (RUN
 lines too: a line writing to /app writes the host's /app). RUN lines that install packages are
 skipped with a warning; install them on the machine yourself.
+
+A session keeps one long-lived runner, the same tiny init the bwrap backend uses
+(`init_script.py`), started once (inside the private mount namespace, after the bind mounts,
+when there is one): each command is a message to it and it forks the command's `bash -c`, so a
+command costs a fork and an exec rather than `unshare`, the mounts and a wrapper shell. A runner
+that dies (an agent may kill it) is replaced by a fresh one at the next command.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import marshal
 import os
 import shlex
 import shutil
+import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -33,9 +43,9 @@ from mirl.sandbox.base import (
     TIMEOUT_EXIT_CODE,
     VerifyResult,
 )
+from mirl.sandbox.init_script import INIT_CODE
 from mirl.sandbox.process import (
     MARKER_VAR,
-    Drainer,
     PidsCgroup,
     collect,
     enlarge_pipe,
@@ -49,7 +59,12 @@ log = logging.getLogger(__name__)
 
 SESSION_VAR = "MIRL_SESSION"
 PIDS_LIMIT = 1024
+RUNNER_START_S = 15.0
+REPLY_FIELDS = {"ready": ("pid",), "started": ("id", "pid"), "exit": ("id", "code"), "killed": ("id",)}
 _unshare_ok: bool | None = None
+
+_libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNS, MS_BIND, MS_REC, MS_PRIVATE = 0x00020000, 0x1000, 0x4000, 1 << 18
 
 
 def unshare_works() -> bool:
@@ -79,6 +94,117 @@ def _sweep_on(tokens: list[bytes], sids: list[int], rounds: int = 20) -> None:
     for _ in range(rounds):
         if not kill_tree(tokens, sids, max_s=0.5):
             return
+
+def _runner_preexec(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | None):
+    """Between fork and exec of the runner: join the cgroup, then (if binds) a private mount
+    namespace with the session's directories bound over the host paths."""
+
+    def preexec() -> None:
+        if cgroup is not None:
+            cgroup.join_self()
+        if not binds:
+            return
+        if _libc.unshare(CLONE_NEWNS) != 0 or _libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+            raise OSError(ctypes.get_errno(), "unshare mount namespace")
+        for src, dest in binds:
+            if _libc.mount(src, dest, None, MS_BIND, None) != 0:
+                raise OSError(ctypes.get_errno(), f"bind mount {src!r} on {dest!r}")
+
+    return preexec
+
+
+class Runner:
+    """The session's long-lived runner (`init_script.INIT_CODE`) and its control socket."""
+
+    def __init__(self, binds: list[tuple[Path, str]], cgroup: PidsCgroup | None, env: dict[str, str], cwd: str):
+        self.inbox: list[dict] = []
+        self.next_id = 0
+        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.ctl = host
+        argv = [sys.executable, "-I", "-S", "-c", INIT_CODE, str(child.fileno())]
+        mounts = [(str(src).encode(), dest.encode()) for src, dest in binds]
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd,
+                env=env, pass_fds=(child.fileno(),), start_new_session=True,
+                preexec_fn=_runner_preexec(mounts, cgroup),
+            )
+        except (OSError, subprocess.SubprocessError) as e:
+            host.close()
+            what = "binding " + ", ".join(d for _, d in binds) + " in a private mount namespace" if binds else "it"
+            raise SandboxError(f"local sandbox: could not start the command runner ({what} failed: {e})") from e
+        finally:
+            child.close()
+        if self.wait_for(lambda m: m["op"] == "ready", RUNNER_START_S) is None:
+            detail = b""
+            if self.proc.poll() is not None and self.proc.stderr is not None:
+                detail = self.proc.stderr.read()[-800:]
+            self.close()
+            raise SandboxError(f"local sandbox: the command runner did not start: {detail.decode(errors='replace') or 'no output'}")
+        self.proc.stderr.close()  # it writes nothing there once it runs
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, msg: dict, fds: list[int] = ()) -> None:
+        data = marshal.dumps(msg)
+        try:
+            if fds:
+                socket.send_fds(self.ctl, [data], list(fds))
+            else:
+                self.ctl.send(data)
+        except OSError as e:
+            raise SandboxError(f"the local command runner is gone ({e})") from e
+
+    def pump(self, timeout: float) -> bool:
+        """Read control messages into the inbox; False when the runner is gone."""
+        self.ctl.settimeout(timeout)
+        try:
+            data = self.ctl.recv(1 << 16)
+        except (TimeoutError, BlockingIOError, socket.timeout):
+            return True
+        except OSError:
+            return False
+        if not data:
+            return False
+        words = data.decode("ascii", "replace").split()
+        try:
+            self.inbox.append({"op": words[0], **{k: int(v) for k, v in zip(REPLY_FIELDS.get(words[0], ()), words[1:])}})
+        except (IndexError, ValueError):
+            log.warning("ignoring a malformed message from the local command runner: %r", data[:80])
+        return True
+
+    def take(self, pred) -> dict | None:
+        for i, m in enumerate(self.inbox):
+            if pred(m):
+                return self.inbox.pop(i)
+        return None
+
+    def wait_for(self, pred, timeout: float) -> dict | None:
+        end = time.monotonic() + timeout
+        while True:
+            m = self.take(pred)
+            if m is not None:
+                return m
+            left = end - time.monotonic()
+            if left <= 0 or not self.pump(left):
+                return self.take(pred)
+
+    def close(self) -> None:
+        try:
+            self.ctl.close()  # the runner exits when its control socket closes
+        except OSError:
+            pass
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            log.warning("local command runner %d did not exit", self.proc.pid)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
 
 
 class LocalSession:
@@ -117,8 +243,11 @@ class LocalSession:
                 "local sandbox for %s: no private mount namespace (needs root and `unshare`); commands run in %s "
                 "and the task's absolute paths (/app, /tests, /logs) point at the host", task.id, self.root,
             )
+        self.bash = shutil.which("bash", path=self.env["PATH"]) or shutil.which("bash") or "/bin/bash"
+        self.runner: Runner | None = None
         self.cgroup = PidsCgroup.create(f"mirl-local-{self.id[:12]}", PIDS_LIMIT)
         try:
+            self.runner = self._start_runner()
             for step in runs:
                 self._run_build_step(step)
         except BaseException:
@@ -159,58 +288,84 @@ class LocalSession:
                 f"task {self.task.id}: Dockerfile line {step.line} failed (exit {res.exit_code}):\n{res.output.strip()[-1000:]}"
             )
 
-    def _argv(self, command: str, cwd: str) -> tuple[list[str], str]:
-        if not self.namespaced:
-            host_cwd = self.root / cwd.lstrip("/")
-            host_cwd.mkdir(parents=True, exist_ok=True)
-            return ["bash", "-c", command], str(host_cwd)
-        mounts = " && ".join(f"mount --bind {shlex.quote(str(s))} {shlex.quote(d)}" for s, d in self.binds)
-        wrapper = f"{mounts or 'true'} || exit 125; cd {shlex.quote(cwd)} 2>/dev/null || cd /; exec bash -c \"$1\""
-        return ["unshare", "--mount", "--propagation", "private", "--", "bash", "-c", wrapper, "mirl-local", command], "/"
+    def _start_runner(self) -> Runner:
+        env = {"PATH": self.env["PATH"], "LANG": self.env["LANG"], SESSION_VAR: self.id}
+        return Runner(self.binds, self.cgroup, env, str(self.root))
+
+    def _cwd(self, cwd: str) -> str:
+        if self.namespaced:
+            return cwd
+        host_cwd = self.root / cwd.lstrip("/")
+        host_cwd.mkdir(parents=True, exist_ok=True)
+        return str(host_cwd)
 
     def _exec(self, command: str, timeout: float, env: dict[str, str] | None = None, cwd: str | None = None) -> CommandResult:
         with self.lock:
             if self.closed:
                 raise SandboxError("the session is closed")
-            marker = uuid.uuid4().hex
-            argv, host_cwd = self._argv(command, cwd or self.workdir)
+            if self.runner is None or not self.runner.alive():  # an agent's command may have killed it
+                if self.runner is not None:
+                    self.runner.close()
+                    self.runner = None
+                self.runner = self._start_runner()
+            runner = self.runner
+            runner.inbox.clear()  # replies about earlier commands (a timed-out one's late exit)
+            runner.next_id += 1
+            cid, marker = runner.next_id, uuid.uuid4().hex
             full_env = {**self.env, **(env or {}), MARKER_VAR: marker}
+            msg = {"op": "run", "id": cid, "argv": [self.bash, "-c", command], "env": full_env,
+                   "cwd": self._cwd(cwd or self.workdir), "spawn": "posix"}
             r, w = os.pipe()
             enlarge_pipe(w)
             started = time.monotonic()
-            cgroup = self.cgroup
             try:
-                proc = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=w, stderr=w, cwd=host_cwd, env=full_env,
-                    start_new_session=True, preexec_fn=cgroup.join_self if cgroup else None,
-                )
-            except OSError as e:
+                runner.send(msg, [w, r])
+            except SandboxError:
                 os.close(r)
-                raise SandboxError(f"cannot start bash: {e}") from e
+                raise
             finally:
                 os.close(w)
-            self.sids.append(proc.pid)
-            pidfd = os.pidfd_open(proc.pid)
             buf = HeadTailBuffer(self.config.output_limit)
+            gone: list[bool] = []
+
+            def poll_exit() -> int | None:
+                while True:  # read every queued reply: collect waits on the socket being readable
+                    m = runner.take(lambda m: m["op"] == "exit" and m["id"] == cid)
+                    if m is not None:
+                        return m["code"]
+                    if gone:
+                        return -1
+                    queued = len(runner.inbox)
+                    if not runner.pump(0):
+                        gone.append(True)
+                    elif len(runner.inbox) == queued:
+                        return None
+
             try:
-                code = collect(r, buf, started + timeout, pidfd, proc.poll)
+                code = collect(r, buf, started + timeout, runner.ctl.fileno(), poll_exit)
+                timed_out = code is None
+                pid = runner.take(lambda m: m["op"] == "started" and m["id"] == cid)
+                if timed_out:
+                    if pid is None:
+                        pid = runner.wait_for(lambda m: m["op"] == "started" and m["id"] == cid, 0.1)
+                    sids = [pid["pid"]] if pid else []
+                    tokens = [marker_token(MARKER_VAR, marker)]
+                    if kill_tree(tokens, sids):
+                        # on a loaded machine a fork bomb can outrun one budget: keep sweeping a while
+                        self.sweeper = threading.Thread(target=_sweep_on, args=(tokens, sids), daemon=True)
+                        self.sweeper.start()
+                    code = TIMEOUT_EXIT_CODE
+                elif code == -1:
+                    buf.feed(b"\nmirl: the local command runner ended while the command ran\n")
+                if pid is not None:
+                    self.sids.append(pid["pid"])
             finally:
-                os.close(pidfd)
-            timed_out = code is None
-            if timed_out:
-                tokens = [marker_token(MARKER_VAR, marker)]
-                if kill_tree(tokens, [proc.pid]):
-                    # on a loaded machine a fork bomb can outrun one budget: keep sweeping a while
-                    self.sweeper = threading.Thread(target=_sweep_on, args=(tokens, [proc.pid]), daemon=True)
-                    self.sweeper.start()
-                try:
-                    proc.wait(timeout=0.5)
-                except subprocess.TimeoutExpired:
-                    pass
-                code = TIMEOUT_EXIT_CODE
-            elif code < 0:
-                code = 128 - code
-            Drainer.shared().adopt(r)
+                if not gone:
+                    try:  # the runner drains the pipe so a logging background service keeps running
+                        runner.send({"op": "release", "id": cid})
+                    except SandboxError:
+                        pass
+                os.close(r)
             return CommandResult(buf.text(), code, time.monotonic() - started, timed_out, buf.truncated)
 
     def run(self, command: str, timeout: float | None = None, env: dict[str, str] | None = None) -> CommandResult:
@@ -222,11 +377,15 @@ class LocalSession:
 
     def _put_tests(self) -> None:
         dest = self.root / "tests"
-        shutil.rmtree(dest, ignore_errors=True)
+        # empty it in place: the runner's namespace has this very directory bound on /tests
+        dest.mkdir(parents=True, exist_ok=True)
+        for entry in dest.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
         if self.task.tests_dir.is_dir():
-            shutil.copytree(self.task.tests_dir, dest, symlinks=True)
-        else:
-            dest.mkdir()
+            shutil.copytree(self.task.tests_dir, dest, symlinks=True, dirs_exist_ok=True)
         if self.task.layout == "terminal-bench":
             shutil.copy2(self.task.test_script, dest / "run-tests.sh")
         (self.root / "logs" / "verifier").mkdir(parents=True, exist_ok=True)
@@ -246,6 +405,9 @@ class LocalSession:
         with self.lock:
             self.closed = True
             kill_tree([marker_token(SESSION_VAR, self.id)], self.sids)
+            if self.runner is not None:
+                self.runner.close()
+                self.runner = None
             if self.cgroup is not None:
                 self.cgroup.remove()
                 self.cgroup = None

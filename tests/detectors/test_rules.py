@@ -22,8 +22,9 @@ def flagged(name: str, t: Trajectory) -> list[int]:
 
 def test_registry_has_the_required_detectors_with_definitions():
     names = [d.name for d in get_detectors()]
-    assert names[:6] == ["no-runnable-command", "retry-unchanged-after-failure", "recheck-unchanged-after-success",
-                         "binary-as-text", "broad-kill", "submit-without-check"]
+    required = ["no-runnable-command", "retry-unchanged-after-failure", "recheck-unchanged-after-success",
+                "binary-as-text", "broad-kill", "submit-without-check"]
+    assert [n for n in names if n in required] == required and "repeat-unchanged-after-success" in names
     for det in get_detectors():
         assert det.name == det.name.lower() and " " not in det.name
         assert "not" in det.definition and len(det.definition) > 80
@@ -55,6 +56,15 @@ CASES = {
         (traj(("cat missing.txt", 1, "No such file"), ("cat missing.txt", 1, "No such file")), []),  # failed: other rule
         (traj(("nohup ./srv > srv.log &", 0, ""), ("tail srv.log", 0, "a"), ("tail srv.log", 0, "a b")), []),
         (traj(("echo hi", 0, "hi"), ("echo hi", 0, "hi")), []),  # not a check
+    ],
+    "repeat-unchanged-after-success": [
+        (traj(("mkdir -p out/x", 0, ""), ("mkdir -p out/x", 0, ""), ("mkdir -p out/x", 0, "")), [1, 2]),
+        (traj(("# 1.", 0, ""), ("# 1.", 0, "")), [1]),  # a no-op comment, looped
+        (traj(("mkdir -p out", 0, ""), ("ls out", 0, ""), ("mkdir -p out", 0, "")), []),  # not right after
+        (traj(("make", 2, "err"), ("make", 2, "err")), []),  # failed: the retry rule's case
+        (traj(("cat a", 0, "x"), ("cat a", 0, "x")), []),  # a check: the recheck rule's case
+        (traj(("sleep 2", 0, ""), ("sleep 2", 0, "")), []),  # waiting
+        (traj(("cp a b", 0, ""), ("cp a c", 0, "")), []),  # changed
     ],
     "binary-as-text": [
         (traj(("file data.bin", 0, "data.bin: data\n"), ("cat data.bin", 0, "PK")), [1]),
