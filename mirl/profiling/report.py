@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 import pandas as pd
 import seaborn as sns
 
@@ -56,11 +57,15 @@ def spend_per_role(run_dir: str | Path, stage: str = "profiling") -> pd.DataFram
     return out.reset_index()
 
 
-def examples(errors: pd.DataFrame, n: int = 8) -> pd.DataFrame:
+def examples(errors: pd.DataFrame, n: int = 8, width: int = 90) -> pd.DataFrame:
     cols = ["env", "seed", "step", "source", "rejected_command", "reason", "correction", "outcome"]
     if errors.empty:
         return pd.DataFrame(columns=cols)
-    return errors.sort_values(["env", "seed", "step"]).groupby("source", group_keys=False).head(max(1, n // 4)).head(n)[cols]
+    picked = errors.sort_values(["env", "seed", "step"]).groupby("source", group_keys=False).head(max(1, n // 4)).head(n)[cols]
+    for col in ("rejected_command", "reason", "correction"):  # one readable line each; full text is in the files
+        picked[col] = picked[col].map(lambda v: v if not isinstance(v, str)
+                                      else (" ⏎ ".join(v.splitlines()))[:width] + ("…" if len(v) > width else ""))
+    return picked
 
 
 def profile_figure(env: pd.DataFrame, first: pd.Series, detectors: pd.Series, spend: pd.DataFrame):
@@ -74,17 +79,24 @@ def profile_figure(env: pd.DataFrame, first: pd.Series, detectors: pd.Series, sp
     ax.set(title="Flag rate per environment (flags / policy steps)", xlabel="flag rate", ylabel="")
     ax = axes[0, 1]
     if not first.empty:
-        sns.histplot(first, discrete=True, ax=ax, color="tab:blue")
+        counts = first.value_counts().reindex(range(int(first.max()) + 1), fill_value=0)
+        ax.bar(counts.index, counts.values, color="tab:blue")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(title="Index of the first flagged step per rollout", xlabel="step index", ylabel="rollouts")
     ax = axes[1, 0]
     if not detectors.empty:
         sns.barplot(x=detectors.values, y=detectors.index, ax=ax, color="tab:purple")
     ax.set(title="Flags per localizer source", xlabel="flags", ylabel="")
     ax = axes[1, 1]
-    if not spend.empty:
-        metric = "cost_usd" if spend["cost_usd"].sum() > 0 else "output_tokens"
-        sns.barplot(data=spend, x="role", y=metric, ax=ax, color="tab:green")
-        ax.set(title=f"Spend per role ({metric})", xlabel="", ylabel=metric)
+    if not spend.empty and spend["cost_usd"].sum() > 0:
+        sns.barplot(data=spend, x="role", y="cost_usd", ax=ax, color="tab:green")
+        ax.set(title="Spend per role (USD)", xlabel="", ylabel="USD")
+    elif not spend.empty:
+        tokens = spend.melt(id_vars="role", value_vars=["input_tokens", "cached_input_tokens", "output_tokens"],
+                            var_name="kind", value_name="tokens")
+        sns.barplot(data=tokens, x="role", y="tokens", hue="kind", ax=ax)
+        ax.set(title="Tokens per role (no priced calls)", xlabel="", ylabel="tokens")
     else:
         ax.set(title="Spend per role (no LLM calls)")
     fig.tight_layout()
