@@ -81,7 +81,8 @@ def test_fork_bomb_is_bounded(sandbox):
         r = s.run("bomb() { bomb | bomb & }; bomb", timeout=4)
         assert time.monotonic() - t0 < 4 + 2
         after = s.run("echo alive", timeout=20)
-        assert after.output.strip() == "alive", after.output
+        # a backend may prefix a note saying it cleared the process table; the command itself must work
+        assert after.exit_code == 0 and after.output.strip().splitlines()[-1] == "alive", after.output
     assert subprocess.run(["true"]).returncode == 0, "the host can still start processes"
 
 
