@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
-import marshal
 import logging
 import os
 import shutil
@@ -44,6 +43,7 @@ from mirl.sandbox.base import (
     VerifyResult,
     user_cache_dir,
 )
+from mirl.sandbox.channel import Channel
 from mirl.sandbox.init_script import INIT_CODE
 from mirl.sandbox.process import MARKER_VAR, PidsCgroup, collect, enlarge_pipe
 from mirl.sandbox.verifier import run_verifier
@@ -59,7 +59,6 @@ CAPABILITIES = (
 )
 PIDS_LIMIT = 1024
 START_TIMEOUT_S = 15.0
-REPLY_FIELDS = {"ready": ("pid",), "started": ("id", "pid"), "exit": ("id", "code"), "killed": ("id",)}
 KILL_REPLY_S = 1.8  # kill_tree gives up after 1.5 s; the call must return within timeout + 2 s
 
 
@@ -127,14 +126,13 @@ class Box:
         self.closed = False
         self.proc: subprocess.Popen | None = None
         self.next_id = 0
-        self.inbox: list[dict] = []
         upper, work, merged = (workdir / n for n in ("upper", "work", "root"))
         for d in (upper, work, merged):
             d.mkdir(parents=True, exist_ok=True)
         options = f"lowerdir={':'.join(str(p) for p in lowers)},upperdir={upper},workdir={work}".encode()
         self.cgroup = PidsCgroup.create(f"mirl-{uuid.uuid4().hex[:12]}", PIDS_LIMIT)
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.ctl = host
+        self.chan = Channel(host, "the sandbox")
         args = ["bwrap", "--bind", str(merged), "/", "--proc", "/proc", "--dev", "/dev"]
         # bwrap does not always cover /proc/sys; its knobs are host-wide (vm.drop_caches, kernel.*)
         args += ["--ro-bind", "/proc/sys", "/proc/sys"]
@@ -165,7 +163,7 @@ class Box:
             self.close()
             raise SandboxError(f"could not start the sandbox (mounting the overlay failed: {e}); is overlayfs available?") from e
         child.close()
-        ready = self._wait_for(lambda m: m["op"] == "ready", START_TIMEOUT_S)
+        ready = self.chan.wait_for(lambda m: m["op"] == "ready", START_TIMEOUT_S)
         if ready is None:
             detail = self._log_tail()
             self.close()
@@ -176,52 +174,6 @@ class Box:
             return self.log_path.read_text(errors="replace")[-800:].strip()
         except OSError:
             return ""
-
-    # --- control channel ---
-
-    def _send(self, msg: dict, fds: list[int] = ()) -> None:
-        data = marshal.dumps(msg)
-        try:
-            if fds:
-                socket.send_fds(self.ctl, [data], list(fds))
-            else:
-                self.ctl.send(data)
-        except OSError as e:
-            raise SandboxError(f"the sandbox is gone ({e}); start a new session") from e
-
-    def _pump(self, timeout: float) -> bool:
-        """Read control messages into the inbox; False when the sandbox is gone."""
-        self.ctl.settimeout(timeout)
-        try:
-            data = self.ctl.recv(1 << 16)
-        except (TimeoutError, BlockingIOError, socket.timeout):
-            return True
-        except OSError:
-            return False
-        if not data:
-            return False
-        words = data.decode("ascii", "replace").split()
-        try:
-            self.inbox.append({"op": words[0], **{k: int(v) for k, v in zip(REPLY_FIELDS.get(words[0], ()), words[1:])}})
-        except (IndexError, ValueError):
-            log.warning("ignoring a malformed message from the sandbox init: %r", data[:80])
-        return True
-
-    def _take(self, pred) -> dict | None:
-        for i, m in enumerate(self.inbox):
-            if pred(m):
-                return self.inbox.pop(i)
-        return None
-
-    def _wait_for(self, pred, timeout: float) -> dict | None:
-        end = time.monotonic() + timeout
-        while True:
-            m = self._take(pred)
-            if m is not None:
-                return m
-            left = end - time.monotonic()
-            if left <= 0 or not self._pump(left):
-                return self._take(pred)
 
     # --- commands ---
 
@@ -245,7 +197,7 @@ class Box:
             started = time.monotonic()
             try:
                 fds = [w, r] + ([stdin_fd] if stdin_fd is not None else [])
-                self._send({"op": "run", "id": cid, "argv": ["/bin/bash", "-c", command], "env": full_env, "cwd": cwd}, fds)
+                self.chan.send({"op": "run", "id": cid, "argv": ["/bin/bash", "-c", command], "env": full_env, "cwd": cwd}, fds)
             finally:
                 os.close(w)
             buf = HeadTailBuffer(output_limit)
@@ -253,34 +205,34 @@ class Box:
             gone = []
 
             def poll_exit() -> int | None:
-                m = self._take(lambda m: m["op"] == "exit" and m["id"] == cid)
+                m = self.chan.take(lambda m: m["op"] == "exit" and m["id"] == cid)
                 if m is not None:
                     return m["code"]
-                if not self._pump(0) and not gone:
+                if not self.chan.pump(0) and not gone:
                     gone.append(True)
-                m = self._take(lambda m: m["op"] == "exit" and m["id"] == cid)
+                m = self.chan.take(lambda m: m["op"] == "exit" and m["id"] == cid)
                 if m is not None:
                     return m["code"]
                 return -1 if gone else None
 
             try:
-                code = collect(r, buf, deadline, self.ctl.fileno(), poll_exit)
+                code = collect(r, buf, deadline, self.chan.sock.fileno(), poll_exit)
                 timed_out = code is None
                 if timed_out:
-                    pid = self._wait_for(lambda m: m["op"] == "started" and m["id"] == cid, 0.1)
-                    self._send({"op": "kill", "id": cid, "marker": marker, "sid": pid["pid"] if pid else None})
-                    self._wait_for(lambda m: m["op"] == "killed" and m["id"] == cid, KILL_REPLY_S)
+                    pid = self.chan.wait_for(lambda m: m["op"] == "started" and m["id"] == cid, 0.1)
+                    self.chan.send({"op": "kill", "id": cid, "marker": marker, "sid": pid["pid"] if pid else None})
+                    self.chan.wait_for(lambda m: m["op"] == "killed" and m["id"] == cid, KILL_REPLY_S)
                     code = TIMEOUT_EXIT_CODE
                 elif code == -1:
                     buf.feed(b"\nmirl: the sandbox ended while the command ran\n")
             finally:
                 if not gone:
                     try:
-                        self._send({"op": "release", "id": cid})
+                        self.chan.send({"op": "release", "id": cid})
                     except SandboxError:
                         pass
                 os.close(r)
-                self._take(lambda m: m["op"] == "started" and m["id"] == cid)
+                self.chan.take(lambda m: m["op"] == "started" and m["id"] == cid)
             return CommandResult(buf.text(), code, time.monotonic() - started, timed_out, buf.truncated)
 
     def close(self) -> None:
@@ -288,7 +240,7 @@ class Box:
             return
         self.closed = True
         try:
-            self.ctl.close()
+            self.chan.sock.close()
         except OSError:
             pass
         if self.proc is not None:

@@ -34,6 +34,7 @@ signal.signal(signal.SIGCHLD, lambda *a: None)
 for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(s, signal.SIG_IGN)
 running, outs, drains = {}, {}, set()
+dead = []  # markers of commands killed on timeout: their leftovers are swept when a new command cannot start
 os.set_inheritable(ctl.fileno(), False)
 DEFAULT_SIGS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -65,13 +66,27 @@ def spawn_posix(m, out_w, stdin):
         acts = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)]
     acts += [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, out_w, 2)]
     try:
-        return os.posix_spawn(m["argv"][0], m["argv"], m["env"], file_actions=acts, setsid=True,
-                              setsigmask=(), setsigdef=DEFAULT_SIGS)
+        return with_room(lambda: os.posix_spawn(m["argv"][0], m["argv"], m["env"], file_actions=acts,
+                                                setsid=True, setsigmask=(), setsigdef=DEFAULT_SIGS))
     except OSError as e:
         os.write(out_w, ("mirl: cannot start %s: %s\n" % (m["argv"][0], e)).encode())
         return None
     finally:
         os.chdir("/")
+
+def with_room(start):
+    # a killed fork bomb's last children may still fill the process table: sweep them, then retry
+    end = time.monotonic() + 10
+    while True:
+        try:
+            return start()
+        except OSError as e:
+            if e.errno != 11 or time.monotonic() > end:  # EAGAIN: the pids limit is still full
+                raise
+            for token in dead:
+                sweep(token, None, 0.2)
+            reap()
+            time.sleep(0.1)
 
 def spawn(m, fds):
     out_w, out_r = fds[0], fds[1]
@@ -88,7 +103,16 @@ def spawn(m, fds):
         running[pid] = m["id"]
         send("started", m["id"], pid)
         return
-    pid = os.fork()
+    try:
+        pid = with_room(os.fork)
+    except OSError as e:
+        os.write(out_w, ("mirl: cannot start %s: %s\n" % (m["argv"][0], e)).encode())
+        os.close(out_w)
+        if stdin is not None:
+            os.close(stdin)
+        outs[m["id"]] = out_r
+        send("exit", m["id"], 127)
+        return
     if pid == 0:
         try:
             os.setsid()
@@ -145,6 +169,7 @@ def kill(m):
     # stop everything marked, sweep after sweep, until nobody new appears (a fork bomb
     # converges: stopped processes cannot fork), then SIGKILL them all
     token = ("MIRL_CMD=%s" % m["marker"]).encode()
+    dead[:] = dead[-7:] + [token]
     sweep(token, m.get("sid"), 1.5)
     send("killed", m["id"])
     for _ in range(20):  # on a loaded machine a bomb can outrun one budget: keep sweeping

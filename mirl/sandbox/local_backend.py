@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import marshal
 import os
 import shlex
 import shutil
@@ -43,6 +42,7 @@ from mirl.sandbox.base import (
     TIMEOUT_EXIT_CODE,
     VerifyResult,
 )
+from mirl.sandbox.channel import Channel
 from mirl.sandbox.init_script import INIT_CODE
 from mirl.sandbox.process import (
     MARKER_VAR,
@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 SESSION_VAR = "MIRL_SESSION"
 PIDS_LIMIT = 1024
 RUNNER_START_S = 15.0
-REPLY_FIELDS = {"ready": ("pid",), "started": ("id", "pid"), "exit": ("id", "code"), "killed": ("id",)}
 _unshare_ok: bool | None = None
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -113,14 +112,13 @@ def _runner_preexec(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | None)
     return preexec
 
 
-class Runner:
+class Runner(Channel):
     """The session's long-lived runner (`init_script.INIT_CODE`) and its control socket."""
 
     def __init__(self, binds: list[tuple[Path, str]], cgroup: PidsCgroup | None, env: dict[str, str], cwd: str):
-        self.inbox: list[dict] = []
         self.next_id = 0
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.ctl = host
+        Channel.__init__(self, host, "the local command runner")
         argv = [sys.executable, "-I", "-S", "-c", INIT_CODE, str(child.fileno())]
         mounts = [(str(src).encode(), dest.encode()) for src, dest in binds]
         try:
@@ -146,53 +144,9 @@ class Runner:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def send(self, msg: dict, fds: list[int] = ()) -> None:
-        data = marshal.dumps(msg)
-        try:
-            if fds:
-                socket.send_fds(self.ctl, [data], list(fds))
-            else:
-                self.ctl.send(data)
-        except OSError as e:
-            raise SandboxError(f"the local command runner is gone ({e})") from e
-
-    def pump(self, timeout: float) -> bool:
-        """Read control messages into the inbox; False when the runner is gone."""
-        self.ctl.settimeout(timeout)
-        try:
-            data = self.ctl.recv(1 << 16)
-        except (TimeoutError, BlockingIOError, socket.timeout):
-            return True
-        except OSError:
-            return False
-        if not data:
-            return False
-        words = data.decode("ascii", "replace").split()
-        try:
-            self.inbox.append({"op": words[0], **{k: int(v) for k, v in zip(REPLY_FIELDS.get(words[0], ()), words[1:])}})
-        except (IndexError, ValueError):
-            log.warning("ignoring a malformed message from the local command runner: %r", data[:80])
-        return True
-
-    def take(self, pred) -> dict | None:
-        for i, m in enumerate(self.inbox):
-            if pred(m):
-                return self.inbox.pop(i)
-        return None
-
-    def wait_for(self, pred, timeout: float) -> dict | None:
-        end = time.monotonic() + timeout
-        while True:
-            m = self.take(pred)
-            if m is not None:
-                return m
-            left = end - time.monotonic()
-            if left <= 0 or not self.pump(left):
-                return self.take(pred)
-
     def close(self) -> None:
         try:
-            self.ctl.close()  # the runner exits when its control socket closes
+            self.sock.close()  # the runner exits when its control socket closes
         except OSError:
             pass
         try:
@@ -342,7 +296,7 @@ class LocalSession:
                         return None
 
             try:
-                code = collect(r, buf, started + timeout, runner.ctl.fileno(), poll_exit)
+                code = collect(r, buf, started + timeout, runner.sock.fileno(), poll_exit)
                 timed_out = code is None
                 pid = runner.take(lambda m: m["op"] == "started" and m["id"] == cid)
                 if timed_out:
