@@ -13,7 +13,15 @@ retries as any hosted model.
 - n samples of one prompt decode as ONE batch, but each row draws from its own generator seeded by
   (seed, sample index), so a given (seed, index) gives the same text whatever it was batched with
   (up to float rounding differences between batch shapes);
-- usage is real: prompt tokens and generated tokens up to and including the end token.
+- usage is real: prompt tokens and generated tokens up to and including the end token;
+- prefix caching: an agent calls once per step with the whole conversation so far, so each prompt
+  begins with the previous one. The KV caches of recent prompts are kept (a small LRU, bounded in
+  entries and bytes) and a new prompt prefills only what follows its longest cached prefix. The
+  prompt is prefilled in chunks of `prefill_chunk` tokens at fixed positions (0, C, 2C, ...) and
+  only whole chunks are cached, so a warm call runs exactly the computations of a cold one: the
+  text is identical with the cache warm or cold, not just close (given deterministic kernels, as
+  on CPU). `EmbeddedLM(..., prefix_cache=False)` turns it off and prefills each prompt in one pass
+  (faster for a prompt seen once; its text may differ from the chunked one by float rounding).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import importlib.util
 import os
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,7 +84,9 @@ class EmbeddedLM:
     `source` is a .gguf file (the embedded model) or a Hugging Face model directory (a policy
     checkpoint on a GPU, see `mirl.llm.vllm_engine`)."""
 
-    def __init__(self, source: str | Path, device: str | None = None, dtype: str | None = None):
+    def __init__(self, source: str | Path, device: str | None = None, dtype: str | None = None,
+                 prefix_cache: bool = True, prefix_cache_entries: int = 8, prefix_cache_bytes: int = 512 << 20,
+                 prefill_chunk: int = 128):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         import inspect
@@ -109,8 +120,93 @@ class EmbeddedLM:
         end_ids = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
         self.end_ids = {i for i in end_ids if isinstance(i, int) and i >= 0 and i != self.tokenizer.unk_token_id}
         # transformers 5 renamed the KV-cache argument and output field from past_key_values to cache
-        self._cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        # only the last position's logits are used: skip the LM head elsewhere (a fifth of a small model)
+        self._keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
         self._lock = threading.Lock()
+        # prefix cache: prompt token ids (a whole number of chunks) -> per-layer (keys, values), batch row 1
+        self.prefix_cache = prefix_cache
+        self.prefix_cache_entries = prefix_cache_entries
+        self.prefix_cache_bytes = prefix_cache_bytes
+        self.prefill_chunk = max(1, int(prefill_chunk))
+        self._prefixes: OrderedDict[tuple[int, ...], tuple[list[tuple[Any, Any]], int]] = OrderedDict()
+        self.last_prefill_tokens = 0  # prompt tokens the last call ran through the model
+        self.last_cached_tokens = 0  # prompt tokens the last call took from the prefix cache
+        self.last_prefill_seconds = 0.0  # time the last call spent on its prompt
+
+    def clear_prefix_cache(self) -> None:
+        """Forget the cached prompt prefixes (needed after changing the model's weights in place)."""
+        with self._lock:
+            self._prefixes.clear()
+
+    @property
+    def prefix_cache_size(self) -> tuple[int, int]:
+        """(entries, bytes) held by the prefix cache."""
+        return len(self._prefixes), sum(nbytes for _, nbytes in self._prefixes.values())
+
+    def _cached_prefix(self, prompt: tuple[int, ...]):
+        """The longest usable cached prefix of `prompt`: (its length, its key) or (0, None). Usable
+        means a whole number of chunks that leaves at least the last prompt token to run."""
+        c = self.prefill_chunk
+        limit = (len(prompt) - 1) // c * c
+        best, best_key = 0, None
+        for key in self._prefixes:
+            n = min(len(key), limit)
+            common = next((i for i in range(n) if key[i] != prompt[i]), n)
+            common = common // c * c
+            if common > best:
+                best, best_key = common, key
+        return best, best_key
+
+    def _remember(self, prompt: tuple[int, ...], past, reused: int) -> None:
+        """Keep the whole chunks of this prompt's cache (copies, so generation cannot touch them)."""
+        keep = len(prompt) // self.prefill_chunk * self.prefill_chunk
+        kv = _kv_layers(past)
+        if keep <= reused or kv is None:  # nothing new beyond the entry it came from
+            return
+        key = prompt[:keep]
+        if key in self._prefixes:
+            self._prefixes.move_to_end(key)
+            return
+        kv = [(k[:, :, :keep].clone(), v[:, :, :keep].clone()) for k, v in kv]
+        nbytes = sum(k.element_size() * k.nelement() + v.element_size() * v.nelement() for k, v in kv)
+        if nbytes > self.prefix_cache_bytes or self.prefix_cache_entries < 1:
+            return
+        for old in [o for o in self._prefixes if len(o) <= keep and key[:len(o)] == o]:
+            del self._prefixes[old]  # a prefix of the new entry: the new one serves all its hits
+        self._prefixes[key] = (kv, nbytes)
+        while len(self._prefixes) > self.prefix_cache_entries or self.prefix_cache_size[1] > self.prefix_cache_bytes:
+            self._prefixes.popitem(last=False)
+
+    def _new_cache(self, kv: list[tuple[Any, Any]], rows: int):
+        """A fresh DynamicCache holding copies of `kv`, each row repeated `rows` times."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        for i, (k, v) in enumerate(kv):
+            cache.update(k.repeat(rows, 1, 1, 1), v.repeat(rows, 1, 1, 1), i)
+        return cache
+
+    def _prefill(self, ids):
+        """Run the prompt `ids` (a 1-row tensor) from its longest cached prefix, in fixed-position
+        chunks: (the last position's logits, the cache)."""
+        if not self.prefix_cache:  # the whole prompt in one forward pass: fastest when nothing is reused
+            self.last_cached_tokens, self.last_prefill_tokens = 0, int(ids.shape[1])
+            return self._step(ids.to(self.device))
+        prompt = tuple(int(t) for t in ids[0].tolist())
+        start, key = self._cached_prefix(prompt)
+        past = None
+        if key is not None:
+            self._prefixes.move_to_end(key)
+            past = self._new_cache([(k[:, :, :start], v[:, :, :start]) for k, v in self._prefixes[key][0]], 1)
+        ids = ids.to(self.device)
+        c = self.prefill_chunk
+        for s in range(start, len(prompt), c):
+            logits, past = self._step(ids[:, s:s + c], past)
+        self._remember(prompt, past, start)
+        self.last_cached_tokens, self.last_prefill_tokens = start, len(prompt) - start
+        return logits, past
 
     def complete(self, messages: list[dict[str, Any]], n: int = 1, **kwargs: Any):
         """The `Model` interface, for use without the client (no cache, no ledger)."""
@@ -118,6 +214,8 @@ class EmbeddedLM:
 
     def _step(self, input_ids, past=None):
         kw = {self._cache_kw: past} if past is not None else {}
+        if self._keep_kw:
+            kw[self._keep_kw] = 1
         out = self.model(input_ids=input_ids, use_cache=True, **kw)
         return out.logits[:, -1, :], getattr(out, self._cache_kw)
 
@@ -146,8 +244,17 @@ class EmbeddedLM:
         t0 = time.perf_counter()
         with self._lock, torch.inference_mode():
             gens = [torch.Generator(device=self.device).manual_seed(row_seed(seed, i)) for i in sample_indices]
-            x = ids.to(self.device).repeat(rows, 1)
-            logits, past = self._step(x)
+            # one row for the prompt (the rows share it), then repeated for the samples
+            t_prefill = time.perf_counter()
+            logits, past = self._prefill(ids)
+            self.last_prefill_seconds = time.perf_counter() - t_prefill
+            if rows > 1:
+                kv = _kv_layers(past)
+                if kv is not None:
+                    past = self._new_cache(kv, rows)
+                else:
+                    past.batch_repeat_interleave(rows)  # in place
+                logits = logits.repeat(rows, 1)
             tokens: list[list[int]] = [[] for _ in range(rows)]
             done = [False] * rows
             reason = ["length"] * rows
@@ -192,6 +299,22 @@ class EmbeddedLM:
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
         picks = [torch.multinomial(probs[r], 1, generator=g) for r, g in enumerate(gens)]
         return torch.cat(picks)
+
+
+def _kv_layers(cache) -> list[tuple[Any, Any]] | None:
+    """The per-layer (keys, values) tensors, [batch, heads, positions, dim], of a plain KV cache;
+    None for other kinds (sliding windows, offloaded, ...), which are then not prefix-cached."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:  # transformers >= 4.56: a list of cache layers
+        if any(type(layer).__name__ != "DynamicLayer" or not getattr(layer, "is_initialized", True)
+               for layer in layers):
+            return None
+        return [(layer.keys, layer.values) for layer in layers]
+    if type(cache).__name__ == "DynamicCache" and hasattr(cache, "key_cache"):  # older transformers
+        return list(zip(cache.key_cache, cache.value_cache))
+    if isinstance(cache, (tuple, list)) and all(len(kv) == 2 for kv in cache):  # the legacy tuple format
+        return [(kv[0], kv[1]) for kv in cache]
+    return None
 
 
 def _text(content: Any) -> str:

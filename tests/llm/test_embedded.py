@@ -69,3 +69,58 @@ def test_converted_copy_loads_fast_and_answers_the_same(tmp_path, monkeypatch):
     a = first.generate(PROMPT, [0], max_tokens=6, temperature=0.0)
     b = second.generate(PROMPT, [0], max_tokens=6, temperature=0.0)
     assert a.samples[0].text == b.samples[0].text and a.prompt_tokens == b.prompt_tokens
+
+
+# a conversation that grows by one step: the second prompt begins with the first
+SYSTEM = ("You are a careful shell agent. Reply with one short thought and then exactly one bash command "
+          "in a ```bash block. " * 12)
+STEP1 = [{"role": "system", "content": SYSTEM},
+         {"role": "user", "content": "Task: count the files in /etc whose name ends in .conf."}]
+STEP2 = STEP1 + [{"role": "assistant", "content": "I will list them.\n```bash\nls /etc/*.conf | wc -l\n```"},
+                 {"role": "user", "content": "Observation:\n42\n"}]
+
+
+@pytest.mark.skipif(bool(MISSING), reason=MISSING or "")
+def test_prefix_cache_gives_the_same_text_warm_and_cold():
+    lm = embedded.get("smollm2")
+    runs = {"greedy": dict(sample_indices=[0], temperature=0.0),
+            "sampled": dict(sample_indices=[0, 1], temperature=1.0, top_p=0.95, seed=7)}
+    cold = {}
+    for name, kw in runs.items():
+        lm.clear_prefix_cache()
+        cold[name] = lm.generate(STEP2, max_tokens=16, **kw)
+        assert lm.last_cached_tokens == 0 and lm.last_prefill_tokens == cold[name].prompt_tokens
+    lm.clear_prefix_cache()
+    first = lm.generate(STEP1, [0], max_tokens=16, temperature=0.0)  # the previous step
+    assert lm.last_cached_tokens == 0 and lm.prefix_cache_size[0] == 1
+    # warm from the previous step's prompt, then from this same prompt
+    for name in ("sampled", "greedy"):
+        warm = lm.generate(STEP2, max_tokens=16, **runs[name])
+        assert lm.last_cached_tokens >= first.prompt_tokens - lm.prefill_chunk
+        assert lm.last_prefill_tokens == warm.prompt_tokens - lm.last_cached_tokens < warm.prompt_tokens
+        assert [s.text for s in warm.samples] == [s.text for s in cold[name].samples], name
+        assert [s.output_tokens for s in warm.samples] == [s.output_tokens for s in cold[name].samples]
+    assert lm.prefix_cache_size[0] == 1  # the step-2 entry replaced the step-1 entry it extends
+
+
+@pytest.mark.skipif(bool(MISSING), reason=MISSING or "")
+def test_prefix_cache_is_bounded_and_entries_are_not_changed_by_generation(tmp_path):
+    from tests.llm.test_vllm_engine import tiny_checkpoint
+
+    lm = embedded.EmbeddedLM(tiny_checkpoint(tmp_path), device="cpu", prefix_cache_entries=2, prefill_chunk=8)
+    convs = [[{"role": "user", "content": f"conversation {i}: " + "list the files please " * 6}] for i in range(3)]
+    first = [lm.generate(c, [0, 1], max_tokens=6, temperature=1.0, seed=1) for c in convs]
+    assert lm.prefix_cache_size[0] == 2  # the oldest was evicted
+    kept = {k: [(a.clone(), b.clone()) for a, b in kv] for k, (kv, _) in lm._prefixes.items()}
+    again = [lm.generate(c, [0, 1], max_tokens=6, temperature=1.0, seed=1) for c in convs]
+    assert [s.text for g in again for s in g.samples] == [s.text for g in first for s in g.samples]
+    assert lm.last_cached_tokens > 0
+    for key, kv in kept.items():  # generation extended copies, never the stored tensors
+        if key in lm._prefixes:
+            assert all(a.equal(x) and b.equal(y) for (a, b), (x, y) in zip(kv, lm._prefixes[key][0]))
+    lm.prefix_cache_bytes = int(max(n for _, n in lm._prefixes.values()) * 1.9)  # room for one entry
+    lm.generate(convs[0] + [{"role": "user", "content": "and more " * 8}], [0], max_tokens=2)
+    assert lm.prefix_cache_size[0] == 1 and lm.prefix_cache_size[1] <= lm.prefix_cache_bytes
+    off = embedded.EmbeddedLM(tiny_checkpoint(tmp_path / "off"), device="cpu", prefix_cache=False, prefill_chunk=8)
+    off.generate(convs[0], [0], max_tokens=2)
+    assert off.prefix_cache_size == (0, 0)
