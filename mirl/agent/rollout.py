@@ -208,8 +208,11 @@ def run_rollouts(
     model=None,
     sandbox=None,
     hook_factory: Callable[[], StepHook] | None = None,
+    progress_fields: Callable[[Trajectory], dict[str, Any]] | None = None,
 ) -> RolloutResult:
-    """Play every missing (task, seed) pair of `config`; `model`/`sandbox` override the configured ones."""
+    """Play every missing (task, seed) pair of `config`; `model`/`sandbox` override the configured ones.
+
+    `progress_fields(trajectory)` adds a stage's own numbers to the progress bar after each episode."""
     tasks = tasks if tasks is not None else load_tasks(config)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -259,7 +262,7 @@ def run_rollouts(
                     rewards.append(traj.reward)
                 bar.update(1)
                 bar.set_postfix(reward=f"{sum(rewards) / len(rewards):.2f}" if rewards else "-",
-                                last=traj.exit_reason)
+                                last=traj.exit_reason, **(progress_fields(traj) if progress_fields else {}))
     finally:
         bar.close()
         executor.shutdown()

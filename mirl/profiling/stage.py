@@ -112,8 +112,24 @@ def run_profiling(p: ProfilingParams, run_dir: str | Path, tasks=None, sandbox=N
         if missing:
             log.warning("no reference solution for %d task(s) (%s...): flagged steps there are discarded",
                         len(missing), ", ".join(missing[:3]))
-    run_rollouts(cfg, tasks=tasks, model=policy or client.model("policy"), sandbox=sandbox, hook_factory=factory)
+    run_rollouts(cfg, tasks=tasks, model=policy or client.model("policy"), sandbox=sandbox, hook_factory=factory,
+                 progress_fields=ProgressFields(run_dir))
     return write_outputs(run_dir)
+
+
+class ProgressFields:
+    """Steps, flags per step and spend so far, for the episode progress bar."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir, self.steps, self.flags = run_dir, 0, 0
+
+    def __call__(self, traj) -> dict[str, Any]:
+        from mirl.llm.ledger import open_ledger
+
+        self.steps += len(traj.steps) - traj.prefix_len
+        self.flags += len(error_rows([traj.to_dict()]))
+        return {"steps": self.steps, "flags/step": f"{self.flags / max(self.steps, 1):.2f}",
+                "spend": f"${open_ledger(self.run_dir).spent(STAGE):.2f}"}
 
 
 def error_rows(trajectories: list[dict[str, Any]]) -> list[dict[str, Any]]:

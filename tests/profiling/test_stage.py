@@ -88,3 +88,14 @@ def test_resume_after_kill_loses_and_duplicates_nothing(tmp_path):
     key = ["env", "seed", "step"]
     assert not errors.duplicated(key).any()
     assert sorted(map(tuple, errors[key].values)) == sorted(map(tuple, straight[key].values))
+
+
+def test_progress_fields_count_steps_flags_and_spend(tmp_path):
+    from mirl.agent.trajectory import Step, Trajectory
+    from mirl.profiling.stage import ProgressFields
+
+    flagged = Step("", "ls", "", 0, source="teacher", meta={"flag": {"rejected_command": None, "reason": "r"}})
+    fields = ProgressFields(tmp_path)
+    fields(Trajectory(task="a", seed=0, models={}, steps=[Step("", "pwd", "/", 0), flagged]))
+    out = fields(Trajectory(task="b", seed=0, models={}, steps=[Step("", "x", "", 0), Step("", "y", "", 0)], prefix_len=1))
+    assert out["steps"] == 3 and out["flags/step"] == "0.33" and out["spend"] == "$0.00"
