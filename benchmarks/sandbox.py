@@ -50,11 +50,32 @@ def median_ms(values: list[float]) -> float:
     return 1000 * statistics.median(values) if values else float("nan")
 
 
+def time_commands(run, label: str, repeats: int) -> list[float]:
+    """Seconds per command over `repeats` passes of COMMANDS, after one warm-up pass.
+
+    `run(command)` returns (exit code, output tail); every command must succeed."""
+    for command in COMMANDS:
+        run(command)
+    times = []
+    for _ in range(repeats):
+        for command in COMMANDS:
+            t0 = time.perf_counter()
+            code, tail = run(command)
+            times.append(time.perf_counter() - t0)
+            assert code == 0, f"{label}: {command!r} failed: {tail}"
+    return times
+
+
+def row(start_ms: float, close_ms: float, cmd_times: list[float]) -> dict:
+    return {"start_ms": start_ms, "close_ms": close_ms, "command_ms": median_ms(cmd_times),
+            "command_p90_ms": 1000 * sorted(cmd_times)[int(0.9 * len(cmd_times))]}
+
+
 def bench_ours(backend: str, task, starts: int, repeats: int) -> dict:
     sandbox = make_sandbox(SandboxConfig(backend=backend))
     with sandbox.start(task) as s:  # warm-up: builds the image if needed
         s.run("true")
-    start_times, close_times, cmd_times = [], [], []
+    start_times, close_times = [], []
     for _ in range(starts):
         t0 = time.perf_counter()
         s = sandbox.start(task)
@@ -63,16 +84,8 @@ def bench_ours(backend: str, task, starts: int, repeats: int) -> dict:
         s.close()
         close_times.append(time.perf_counter() - t0)
     with sandbox.start(task) as s:
-        for command in COMMANDS:
-            s.run(command)  # warm caches
-        for _ in range(repeats):
-            for command in COMMANDS:
-                t0 = time.perf_counter()
-                r = s.run(command)
-                cmd_times.append(time.perf_counter() - t0)
-                assert r.exit_code == 0, f"{backend}: {command!r} failed: {r.output[-300:]}"
-    return {"start_ms": median_ms(start_times), "close_ms": median_ms(close_times), "command_ms": median_ms(cmd_times),
-            "command_p90_ms": 1000 * sorted(cmd_times)[int(0.9 * len(cmd_times))]}
+        cmd_times = time_commands(lambda c: (lambda r: (r.exit_code, r.output[-300:]))(s.run(c)), backend, repeats)
+    return row(median_ms(start_times), median_ms(close_times), cmd_times)
 
 
 def image_id(task) -> str:
@@ -96,7 +109,7 @@ def bench_mini_docker(task, starts: int, repeats: int) -> dict:
         subprocess.run(["podman", "rm", "-f", "-t", "0", env.container_id], capture_output=True)
         env.container_id = None
 
-    start_times, close_times, cmd_times = [], [], []
+    start_times, close_times = [], []
     for _ in range(starts):
         t0 = time.perf_counter()
         env = DockerEnvironment(**kwargs)
@@ -106,18 +119,10 @@ def bench_mini_docker(task, starts: int, repeats: int) -> dict:
         close_times.append(time.perf_counter() - t0)
     env = DockerEnvironment(**kwargs)
     try:
-        for command in COMMANDS:
-            env.execute({"command": command})
-        for _ in range(repeats):
-            for command in COMMANDS:
-                t0 = time.perf_counter()
-                out = env.execute({"command": command})
-                cmd_times.append(time.perf_counter() - t0)
-                assert out["returncode"] == 0, f"mini docker: {command!r} failed: {out}"
+        cmd_times = time_commands(lambda c: (lambda o: (o["returncode"], o))(env.execute({"command": c})), "mini docker", repeats)
     finally:
         remove(env)
-    return {"start_ms": median_ms(start_times), "close_ms": median_ms(close_times), "command_ms": median_ms(cmd_times),
-            "command_p90_ms": 1000 * sorted(cmd_times)[int(0.9 * len(cmd_times))]}
+    return row(median_ms(start_times), median_ms(close_times), cmd_times)
 
 
 def bench_mini_bubblewrap(repeats: int) -> dict:
@@ -139,42 +144,25 @@ def bench_mini_bubblewrap(repeats: int) -> dict:
             continue
         wrapper_args.append(defaults[i])
         i += 1
-    cmd_times = []
     t0 = time.perf_counter()
     env = BubblewrapEnvironment(wrapper_args=wrapper_args)  # cwd: its own temp dir, under the tmpfs /tmp
     start = time.perf_counter() - t0  # it keeps no sandbox between commands: a start is a mkdir
     try:
-        for command in COMMANDS:
-            env.execute({"command": command})
-        for _ in range(repeats):
-            for command in COMMANDS:
-                t0 = time.perf_counter()
-                out = env.execute({"command": command})
-                cmd_times.append(time.perf_counter() - t0)
-                assert out["returncode"] == 0, f"mini bubblewrap: {command!r} failed: {out}"
+        cmd_times = time_commands(lambda c: (lambda o: (o["returncode"], o))(env.execute({"command": c})), "mini bubblewrap", repeats)
     finally:
         env.cleanup()
-    return {"start_ms": 1000 * start, "close_ms": 0.0, "command_ms": median_ms(cmd_times),
-            "command_p90_ms": 1000 * sorted(cmd_times)[int(0.9 * len(cmd_times))]}
+    return row(1000 * start, 0.0, cmd_times)
 
 
 def bench_mini_local(repeats: int) -> dict:
     from minisweagent.environments.local import LocalEnvironment
 
-    cmd_times = []
     with tempfile.TemporaryDirectory() as cwd:
         t0 = time.perf_counter()
         env = LocalEnvironment(cwd=cwd)
         start = time.perf_counter() - t0
-        for command in COMMANDS:
-            env.execute({"command": command})
-        for _ in range(repeats):
-            for command in COMMANDS:
-                t0 = time.perf_counter()
-                env.execute({"command": command})
-                cmd_times.append(time.perf_counter() - t0)
-    return {"start_ms": 1000 * start, "close_ms": 0.0, "command_ms": median_ms(cmd_times),
-            "command_p90_ms": 1000 * sorted(cmd_times)[int(0.9 * len(cmd_times))]}
+        cmd_times = time_commands(lambda c: (lambda o: (o["returncode"], o))(env.execute({"command": c})), "mini local", repeats)
+    return row(1000 * start, 0.0, cmd_times)
 
 
 def main(argv: list[str] | None = None) -> int:
