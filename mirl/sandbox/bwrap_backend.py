@@ -197,7 +197,8 @@ class Box:
             started = time.monotonic()
             try:
                 fds = [w, r] + ([stdin_fd] if stdin_fd is not None else [])
-                self.chan.send({"op": "run", "id": cid, "argv": ["/bin/bash", "-c", command], "env": full_env, "cwd": cwd}, fds)
+                self.chan.send({"op": "run", "id": cid, "argv": ["/bin/bash", "-c", command], "env": full_env, "cwd": cwd,
+                                "spawn": "posix"}, fds)  # posix_spawn: no copy of the init's page tables
             finally:
                 os.close(w)
             buf = HeadTailBuffer(output_limit)
