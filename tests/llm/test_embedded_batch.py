@@ -1,0 +1,128 @@
+"""Continuous batching of the embedded model: padding bookkeeping, and batched == lone requests."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from mirl.llm import embedded
+from mirl.llm.embedded_batch import PaddedKV
+
+
+def kv_of(rows: int, length: int, fill: float, layers: int = 2):
+    return [(torch.full((rows, 2, length, 4), fill + i), torch.full((rows, 2, length, 4), -fill - i))
+            for i in range(layers)]
+
+
+def plain_cache(kv):
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for i, (k, v) in enumerate(kv):
+        cache.update(k.clone(), v.clone(), i)
+    return cache
+
+
+def test_padded_kv_left_pads_masks_and_trims():
+    batch = PaddedKV(plain_cache)
+    batch.add(kv_of(1, 3, 1.0))
+    assert batch.pad == [0] and batch.length == 3 and batch.step_inputs("cpu") == {}
+    batch.add(kv_of(2, 5, 10.0))  # longer rows: the first row gets 2 columns of left padding
+    assert batch.pad == [2, 0, 0] and batch.length == 5
+    keys = batch.layers()[1][0]
+    assert keys[0, :, :2].eq(0).all() and keys[0, :, 2:].eq(2.0).all() and keys[1:].eq(11.0).all()
+    extra = batch.step_inputs("cpu")
+    assert extra["attention_mask"].tolist() == [[0, 0, 1, 1, 1, 1], [1] * 6, [1] * 6]
+    assert extra["position_ids"].tolist() == [[3], [5], [5]]  # each row continues its own positions
+    batch.add(kv_of(1, 2, 100.0))  # shorter rows are padded, the batch keeps its length
+    assert batch.pad == [2, 0, 0, 3]
+    batch.keep([0, 3])  # the long rows leave: columns padded in every kept row are dropped
+    assert batch.pad == [0, 1] and batch.length == 3
+    keys = batch.layers()[0][0]
+    assert keys[0].eq(1.0).all() and keys[1, :, :1].eq(0).all() and keys[1, :, 1:].eq(100.0).all()
+    batch.keep([])
+    assert batch.pad == [] and batch.length == 0
+
+
+def conversation(i: int) -> list[dict]:
+    return [{"role": "user", "content": f"request {i}: " + "please list the files here " * (1 + 3 * i)}]
+
+
+def run_together(lm, calls: list[dict]) -> list:
+    """Start every call in its own thread while the model is busy, so they all queue and batch."""
+    out: list = [None] * len(calls)
+    errors: list = []
+
+    def one(i):
+        try:
+            out[i] = lm.generate(**calls[i])
+        except Exception as e:  # noqa: BLE001 - collected for the assertion
+            errors.append((i, e))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(calls))]
+    with lm._lock:  # the decode thread waits here until every request is queued
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while lm._batcher.queue.qsize() < len(calls) - 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    for t in threads:
+        t.join(timeout=120)
+    return out if not errors else errors
+
+
+@pytest.mark.slow
+def test_concurrent_requests_decode_as_one_batch_and_match_lone_ones(tmp_path):
+    from tests.llm.test_vllm_engine import tiny_checkpoint
+
+    lm = embedded.EmbeddedLM(tiny_checkpoint(tmp_path), device="cpu", prefill_chunk=8)
+    calls = [dict(messages=conversation(0), sample_indices=[0], max_tokens=10, temperature=0.0),
+             dict(messages=conversation(1), sample_indices=[0, 1], max_tokens=14, temperature=1.0, seed=5),
+             dict(messages=conversation(2), sample_indices=[2], max_tokens=6, temperature=0.8, top_p=0.9, seed=1),
+             dict(messages=conversation(3), sample_indices=[0], max_tokens=12, temperature=1.0, seed=9,
+                  stop=["files"])]
+    lone = [lm.generate(**c) for c in calls]
+    assert lm._batcher.max_rows_seen == 2  # one request at a time: at most its own two rows
+    together = run_together(lm, calls)
+    assert all(g is not None for g in together), together
+    assert lm._batcher.max_rows_seen >= 4  # prompts of different lengths shared forward passes
+    for a, b in zip(lone, together):
+        assert [(s.text, s.output_tokens, s.finish_reason) for s in a.samples] == \
+               [(s.text, s.output_tokens, s.finish_reason) for s in b.samples]
+        assert a.prompt_tokens == b.prompt_tokens
+
+
+@pytest.mark.slow
+def test_a_failing_request_does_not_take_the_batch_down(tmp_path, monkeypatch):
+    from tests.llm.test_vllm_engine import tiny_checkpoint
+
+    lm = embedded.EmbeddedLM(tiny_checkpoint(tmp_path), device="cpu")
+    real = lm._prefill
+    bad_len = int(lm.prompt_ids(conversation(1)).shape[1])
+
+    def prefill(ids):
+        if ids.shape[1] == bad_len:
+            raise RuntimeError("prefill broke")
+        return real(ids)
+
+    monkeypatch.setattr(lm, "_prefill", prefill)
+    calls = [dict(messages=conversation(i), sample_indices=[0], max_tokens=5, temperature=0.0) for i in range(3)]
+    out = run_together(lm, calls)
+    assert [i for i, e in out] == [1] and "prefill broke" in str(out[0][1])
+    ok = lm.generate(**calls[0])  # the model keeps serving
+    assert ok.samples[0].output_tokens > 0
+
+
+@pytest.mark.slow
+def test_smollm2_batched_greedy_matches_lone():
+    try:
+        lm = embedded.get("smollm2")
+    except embedded.EmbeddedModelMissing as e:
+        pytest.skip(str(e))
+    calls = [dict(messages=conversation(i), sample_indices=[0], max_tokens=12, temperature=0.0) for i in range(3)]
+    lone = [lm.generate(**c) for c in calls]
+    together = run_together(lm, calls)
+    assert [g.samples[0].text for g in together] == [g.samples[0].text for g in lone]
