@@ -9,7 +9,9 @@ equivalents of the backends named in --backends run (`--backends local` times th
 Prints one table with each row's ratio to its equivalent: docker vs mini-swe-agent docker, bwrap
 vs mini-swe-agent bubblewrap, local vs mini-swe-agent local.
 Targets: per-command latency at most half of mini-swe-agent's; container start <= 500 ms with
-the image already built. Run it on a quiet machine: the numbers are wall-clock medians.
+the image already built. With local in --backends, a last row times the same commands with no
+shell at all (each program spawned directly, builtins free): no backend that runs these programs
+on this host can go below it, so its ratio to mini-swe-agent local bounds what local can reach. Run it on a quiet machine: the numbers are wall-clock medians.
 """
 
 from __future__ import annotations
@@ -165,6 +167,65 @@ def bench_mini_local(repeats: int) -> dict:
     return row(1000 * start, 0.0, cmd_times)
 
 
+def run_without_shell(command: str, cwd: str) -> tuple[int, str]:
+    """Run one of COMMANDS with no shell at all: each program `posix_spawn`ed directly, pipes and
+    `>` wired by hand, `echo`/`pwd` answered in-process (a shell's builtins cost it nothing).
+    The floor any backend that runs these programs on this host can reach: only for the table."""
+    import shlex
+    import shutil
+
+    code, out = 0, []
+    for part in command.split(" && "):
+        stages = [shlex.split(stage) for stage in part.split(" | ")]
+        argv = stages[-1]
+        target = None
+        if ">" in argv:
+            target, argv = argv[argv.index(">") + 1], argv[:argv.index(">")]
+            stages[-1] = argv
+        if len(stages) == 1 and argv[0] in ("echo", "pwd"):
+            text = (" ".join(argv[1:]) if argv[0] == "echo" else cwd) + "\n"
+            if target:
+                Path(target).write_text(text)
+            else:
+                out.append(text)
+            continue
+        prev, pids = None, []
+        r, w = os.pipe()
+        for i, stage in enumerate(stages):
+            last = i == len(stages) - 1
+            pr, pw = (r, w) if last else os.pipe()
+            acts = [(os.POSIX_SPAWN_DUP2, prev, 0)] if prev is not None else [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)]
+            acts += [(os.POSIX_SPAWN_DUP2, pw, 1), (os.POSIX_SPAWN_DUP2, w, 2)]
+            pids.append(os.posix_spawn(shutil.which(stage[0]), stage, os.environ, file_actions=acts))
+            if prev is not None:
+                os.close(prev)
+            if not last:
+                os.close(pw)
+                prev = pr
+        os.close(w)
+        chunks = []
+        while chunk := os.read(r, 1 << 16):
+            chunks.append(chunk)
+        os.close(r)
+        for pid in pids:
+            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        out.append(b"".join(chunks).decode(errors="replace"))
+        if code:
+            break
+    return code, "".join(out)
+
+
+def bench_no_shell(repeats: int) -> dict:
+    with tempfile.TemporaryDirectory() as cwd:
+        old = os.getcwd()
+        os.chdir(cwd)
+        try:
+            cmd_times = time_commands(lambda c: run_without_shell(c, cwd), "no shell", repeats)
+        finally:
+            os.chdir(old)
+    return row(0.0, 0.0, cmd_times)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="sandbox start and command latency, ours vs mini-swe-agent")
     ap.add_argument("--task", default=str(REPO / "tasks" / "count-lines"))
@@ -198,7 +259,11 @@ def main(argv: list[str] | None = None) -> int:
         except (SandboxError, subprocess.SubprocessError, OSError, AssertionError) as e:
             print(f"{name}: skipped ({e})", file=sys.stderr)
 
-    equivalent = {"docker": mini_docker, "bwrap": mini_bwrap, "local": mini_local}
+    floor = "floor: the programs alone, no shell"
+    if "local" in backends:
+        rows[floor] = bench_no_shell(args.repeats)
+
+    equivalent = {"docker": mini_docker, "bwrap": mini_bwrap, "local": mini_local, floor: mini_local}
     equivalent.update({name: name for name in equivalent.values()})
     print(f"\n{len(COMMANDS)} commands x {args.repeats} passes, {args.starts} fresh sessions; medians in ms\n")
     print(f"| {'environment':36} | start ms | close ms | command ms | p90 ms | command vs mini | start vs mini |")
@@ -210,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name:36} | {row['start_ms']:8.0f} | {row['close_ms']:8.0f} | {row['command_ms']:10.1f} | "
               f"{row['command_p90_ms']:6.1f} | {cmd_ratio:>15} | {start_ratio:>13} |")
     ratios = [(ours, ref) for ours, ref in equivalent.items() if ours in rows and ref in rows and ours != ref]
+    ratios = [(ours, ref) for ours, ref in ratios if ours != floor] + [(ours, ref) for ours, ref in ratios if ours == floor]
     if ratios:
         print("\nper-command latency, ours / mini-swe-agent's equivalent (target <= 0.50x):")
         for ours, ref in ratios:
