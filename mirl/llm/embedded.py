@@ -90,7 +90,7 @@ class EmbeddedLM:
     checkpoint on a GPU, see `mirl.llm.vllm_engine`)."""
 
     def __init__(self, source: str | Path, device: str | None = None, dtype: str | None = None,
-                 prefix_cache: bool = True, prefix_cache_entries: int = 8, prefix_cache_bytes: int = 512 << 20,
+                 prefix_cache: bool = True, prefix_cache_entries: int = 64, prefix_cache_bytes: int = 1 << 30,
                  prefill_chunk: int = 128, prefill_bf16: bool | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -54,7 +54,7 @@ class Request:
 class PaddedKV:
     """The batch's KV cache: per layer [rows, heads, positions, dim], each row left-padded by pad[row]."""
 
-    def __init__(self, new_cache: Callable[[list[tuple[Any, Any]]], Any]):
+    def __init__(self, new_cache: Callable[..., Any]):
         self.new_cache = new_cache
         self.cache = None
         self.pad: list[int] = []
@@ -70,39 +70,54 @@ class PaddedKV:
 
     def add(self, kv: list[tuple[Any, Any]]) -> None:
         """Append rows (per layer [r, heads, L, dim]) at the bottom of the batch."""
-        import torch
-
-        rows, new_len = kv[0][0].shape[0], kv[0][0].shape[2]
-        if not self.pad:
-            self.cache, self.pad = self.new_cache(kv), [0] * rows
-            return
-        old, old_len = self.layers(), self.length
-        width = max(old_len, new_len)
-
-        def left(t, n):
-            return t if n == 0 else torch.cat([t.new_zeros(*t.shape[:2], n, t.shape[3]), t], dim=2)
-
-        merged = [(torch.cat([left(k0, width - old_len), left(k1, width - new_len)]),
-                   torch.cat([left(v0, width - old_len), left(v1, width - new_len)]))
-                  for (k0, v0), (k1, v1) in zip(old, kv)]
-        self.pad = [p + width - old_len for p in self.pad] + [width - new_len] * rows
-        self.cache = self.new_cache(merged)
+        self.regroup(list(range(len(self.pad))), [kv])
 
     def keep(self, rows: list[int]) -> None:
         """Keep only these rows (in this order), dropping columns that are padding in all of them."""
-        if not rows:
-            self.cache, self.pad = None, []
-            return
-        if rows == list(range(len(self.pad))):
-            return
-        import torch
+        self.regroup(rows, [])
 
-        idx = torch.tensor(rows, device=self.layers()[0][0].device)
+    def regroup(self, rows: list[int], joining: list[list[tuple[Any, Any]]]) -> None:
+        """Keep `rows` (in order) and append the `joining` caches below them. Each element is
+        copied once, into buffers with room to grow, so the next decode steps copy nothing."""
+        if rows == list(range(len(self.pad))) and not joining:
+            return
         pad = [self.pad[r] for r in rows]
-        cut = min(pad)
-        self.cache = self.new_cache([(k.index_select(0, idx)[:, :, cut:], v.index_select(0, idx)[:, :, cut:])
-                                     for k, v in self.layers()])
-        self.pad = [p - cut for p in pad]
+        cut = min(pad) if pad else 0
+        kept_len = self.length - cut if rows else 0
+        width = max([kept_len] + [kv[0][0].shape[2] for kv in joining])
+        self.pad = [p - cut + width - kept_len for p in pad] + [
+            width - kv[0][0].shape[2] for kv in joining for _ in range(kv[0][0].shape[0])]
+        if not self.pad:
+            self.cache = None
+            return
+        runs = []  # (source row range, destination row) of consecutive kept rows
+        for dest, r in enumerate(rows):
+            if runs and runs[-1][1] == r and runs[-1][2] + (r - runs[-1][0]) == dest:
+                runs[-1][1] = r + 1
+            else:
+                runs.append([r, r + 1, dest])
+        old = self.layers() if rows else []
+        ref = (old or joining[0])[0][0]
+        total, room = len(self.pad), width + GROW_ROOM
+        layers = []
+        for i in range(len(old or joining[0])):
+            bufs = []
+            for j in (0, 1):
+                buf = ref.new_empty(total, ref.shape[1], room, ref.shape[3])
+                for r0, r1, dest in runs:
+                    d1 = dest + r1 - r0
+                    buf[dest:d1, :, :width - kept_len] = 0
+                    buf[dest:d1, :, width - kept_len:width] = old[i][j][r0:r1, :, cut:]
+                at = len(rows)
+                for kv in joining:
+                    t = kv[i][j]
+                    n = width - t.shape[2]
+                    buf[at:at + t.shape[0], :, :n] = 0
+                    buf[at:at + t.shape[0], :, n:width] = t
+                    at += t.shape[0]
+                bufs.append(buf)
+            layers.append(tuple(bufs))
+        self.cache = self.new_cache([(k[:, :, :width], v[:, :, :width]) for k, v in layers], layers)
 
     def step_inputs(self, device) -> dict[str, Any]:
         """Attention mask and positions for the next token; none when no row is padded, so an
@@ -119,7 +134,10 @@ class PaddedKV:
         return {"attention_mask": mask, "position_ids": positions}
 
 
-def growing_cache(kv: list[tuple[Any, Any]]):
+GROW_ROOM = 128  # positions of spare room a regrouped cache gets (decode then appends in place)
+
+
+def growing_cache(kv: list[tuple[Any, Any]], buffers: list[tuple[Any, Any]] | None = None):
     """A KV cache holding `kv` (taken as is) that grows in place: decode appends one position per
     step, and transformers' own dynamic cache copies the whole cache to do that (at 16 rows of
     800 positions that copy was a third of the step). Falls back to that cache on transformers
@@ -136,8 +154,8 @@ def growing_cache(kv: list[tuple[Any, Any]]):
             cache.update(k, v, i)
         return cache
     cache = Cache(layers=[_growing_layer_class(DynamicLayer)() for _ in kv])
-    for layer, (k, v) in zip(cache.layers, kv):
-        layer.adopt(k, v)
+    for layer, (k, v), (kb, vb) in zip(cache.layers, kv, buffers or kv):
+        layer.adopt(k, v, kb, vb)
     return cache
 
 
@@ -153,9 +171,10 @@ def _growing_layer_class(base: type) -> type:
 
         _kb = _vb = None
 
-        def adopt(self, keys, values) -> None:
+        def adopt(self, keys, values, kb, vb) -> None:
+            """Hold `keys`/`values`, views of the first positions of buffers `kb`/`vb`."""
             self.lazy_initialization(keys, values)
-            self._kb, self._vb = keys, values
+            self._kb, self._vb = kb, vb
             self.keys, self.values = keys, values
 
         def update(self, key_states, value_states, *args, **kwargs):
@@ -189,6 +208,7 @@ class DecodeBatcher:
         self.queue: queue.SimpleQueue[Request] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start = threading.Lock()
+        self.crash = ""
         self.max_rows_seen = 0  # the largest batch decoded so far (for benchmarks and tests)
         # where the decode thread's time went: prefill, decode forward passes, sampling, batch
         # bookkeeping (padding and dropping rows); and how many forward passes and row-steps ran
@@ -202,7 +222,9 @@ class DecodeBatcher:
                 self._thread.start()
                 atexit.register(self.stop)
         self.queue.put(req)
-        req.finished.wait()
+        while not req.finished.wait(timeout=5):
+            if not self._thread.is_alive():  # cannot happen by design; never hang on it
+                raise RuntimeError(f"the embedded model's decode thread ended: {self.crash or 'stopped'}")
         if req.error is not None:
             raise req.error
         return req
@@ -216,22 +238,27 @@ class DecodeBatcher:
             thread.join(timeout=30)
 
     def _loop(self) -> None:
+        try:
+            self._serve()
+        except BaseException as e:  # noqa: BLE001 - recorded; waiting callers see it and raise
+            self.crash = repr(e)
+            raise
+
+    def _serve(self) -> None:
         import torch
 
-        active: list[Request] = []
+        # the batch's rows, top to bottom: (request, its sample row), or None for a row whose
+        # request is done; done rows stay (decoding filler) until the next regroup, which drops
+        # them in the same copy that adds the next arrivals
+        rows: list[tuple[Request, int] | None] = []
         batch = PaddedKV(growing_cache)
         logits, stopping = None, False
         while True:
-            if stopping and not active:
-                while True:  # anything sent after the stop gets an answer, not a hang
-                    try:
-                        late = self.queue.get_nowait()
-                    except queue.Empty:
-                        return
-                    if late is not None:
-                        late.error = RuntimeError("the embedded model's decode thread was stopped")
-                        late.finished.set()
-            arrived = [] if active or stopping else [self.queue.get()]
+            live = any(m is not None for m in rows)
+            if stopping and not live:
+                self._refuse_late()
+                return
+            arrived = [] if live or stopping else [self.queue.get()]
             while True:
                 try:
                     arrived.append(self.queue.get_nowait())
@@ -241,52 +268,63 @@ class DecodeBatcher:
                 arrived, stopping = arrived[:arrived.index(None)], True
             try:
                 with self.lm._lock, torch.inference_mode():
+                    joining = []
                     for req in arrived:
                         try:
-                            logits = self._admit(req, active, batch, logits)
+                            joining.append((req, *self._prefill(req)))
                         except Exception as e:  # noqa: BLE001 - this request's prompt failed, not the batch
                             req.error = e
                             req.finished.set()
-                    if not active:
+                    dead = sum(m is None for m in rows)
+                    if joining or dead * 2 > len(rows):
+                        t = time.perf_counter()
+                        keep = [i for i, m in enumerate(rows) if m is not None]
+                        batch.regroup(keep, [kv for _, _, kv in joining])
+                        parts = ([logits[keep]] if keep else []) + [first for _, first, _ in joining]
+                        logits = torch.cat(parts) if parts else None
+                        rows = [rows[i] for i in keep] + [(req, r) for req, _, _ in joining for r in range(req.rows)]
+                        self.stats["regroup_s"] += time.perf_counter() - t
+                    if not rows:
                         continue
                     t = time.perf_counter()
-                    nxt = self._pick_all(active, logits)
+                    nxt = self._pick_all(rows, logits)
                     self.stats["sample_s"] += time.perf_counter() - t
-                    t = time.perf_counter()
-                    leaving = [r for r in active if r.complete()]
-                    if leaving:
-                        keep, row = [], 0
-                        for r in active:
-                            if not r.complete():
-                                keep += range(row, row + r.rows)
-                            row += r.rows
-                        for r in leaving:
-                            self._finish(r)
-                        active = [r for r in active if not r.complete()]
-                        batch.keep(keep)
-                        if not keep:
-                            logits = None
-                            self.stats["regroup_s"] += time.perf_counter() - t
-                            continue
-                        nxt, logits = nxt[keep], None
+                    for i, m in enumerate(rows):
+                        if m is not None and m[0].complete():
+                            if m[1] == 0:
+                                self._finish(m[0])
+                            rows[i] = None
+                    if all(m is None for m in rows):
+                        batch.keep([])
+                        rows, logits = [], None
+                        continue
                     extra = batch.step_inputs(self.lm.device)
-                    self.stats["regroup_s"] += time.perf_counter() - t
                     t = time.perf_counter()
                     logits, batch.cache = self.lm._step(nxt.view(-1, 1), batch.cache, **extra)
                     self.stats["decode_s"] += time.perf_counter() - t
                     self.stats["decode_steps"] += 1
-                    self.stats["row_steps"] += len(batch.pad)
-                    self.max_rows_seen = max(self.max_rows_seen, len(batch.pad))
+                    self.stats["row_steps"] += sum(m is not None for m in rows)
+                    self.max_rows_seen = max(self.max_rows_seen, len(rows))
             except BaseException as e:  # noqa: BLE001 - a failed forward fails every request in it
-                for r in active + [r for r in arrived if not r.finished.is_set()]:
-                    if not r.finished.is_set():
-                        r.error = e
-                        r.finished.set()
-                active, logits = [], None
+                for req in [m[0] for m in rows if m is not None] + arrived:
+                    if not req.finished.is_set():
+                        req.error = e
+                        req.finished.set()
+                rows, logits = [], None
                 batch.keep([])
 
-    def _admit(self, req: Request, active: list[Request], batch: PaddedKV, logits):
-        """Prefill `req` and put its rows at the bottom of the batch; returns the batch's logits."""
+    def _refuse_late(self) -> None:
+        while True:  # anything sent after the stop gets an answer, not a hang
+            try:
+                late = self.queue.get_nowait()
+            except queue.Empty:
+                return
+            if late is not None:
+                late.error = RuntimeError("the embedded model's decode thread was stopped")
+                late.finished.set()
+
+    def _prefill(self, req: Request):
+        """Prefill `req`'s prompt: (logits for its rows, its KV cache with one copy per row)."""
         import torch
 
         from mirl.llm.embedded import _kv_layers, row_seed
@@ -302,28 +340,29 @@ class DecodeBatcher:
         kv = _kv_layers(past)
         if kv is None:
             raise RuntimeError("this model's KV cache cannot be batched (not a plain per-layer cache)")
-        t = time.perf_counter()
         dtype = next(self.lm.model.parameters()).dtype  # a bf16 prefill's cache joins an f32 decode
-        batch.add([(k.to(dtype).repeat(req.rows, 1, 1, 1), v.to(dtype).repeat(req.rows, 1, 1, 1)) for k, v in kv])
-        self.stats["regroup_s"] += time.perf_counter() - t
-        active.append(req)
-        first = first.to(dtype).repeat(req.rows, 1)
-        return first if logits is None else torch.cat([logits, first])
+        kv = [(k.to(dtype).repeat(req.rows, 1, 1, 1), v.to(dtype).repeat(req.rows, 1, 1, 1)) for k, v in kv]
+        return first.to(dtype).repeat(req.rows, 1), kv
 
-    def _pick_all(self, active: list[Request], logits):
-        """Sample every row's next token with its own request's settings and generator."""
+    def _pick_all(self, rows: list[tuple[Request, int] | None], logits):
+        """Sample every live row's next token with its request's settings and generator (done
+        rows get a filler token)."""
         import torch
 
-        picks, row = [], 0
-        for req in active:
-            part = logits[row:row + req.rows]
-            row += req.rows
-            nxt = self.lm._pick(part.float(), req.temperature, req.top_p, req.gens)
-            picks.append(nxt)
+        nxt = torch.zeros(len(rows), dtype=torch.long, device=logits.device)
+        i = 0
+        while i < len(rows):
+            if rows[i] is None:
+                i += 1
+                continue
+            req = rows[i][0]
+            part = logits[i:i + req.rows]
+            picked = self.lm._pick(part.float(), req.temperature, req.top_p, req.gens)
+            nxt[i:i + req.rows] = picked
             for r in range(req.rows):
                 if req.done[r]:
                     continue
-                tok = int(nxt[r])
+                tok = int(picked[r])
                 req.tokens[r].append(tok)
                 if tok in self.lm.end_ids:
                     req.done[r], req.reason[r] = True, "stop"
@@ -332,7 +371,8 @@ class DecodeBatcher:
             req.steps += 1
             if req.steps >= req.max_tokens:
                 req.done = [True] * req.rows
-        return torch.cat(picks)
+            i += req.rows
+        return nxt
 
     def _finish(self, req: Request) -> None:
         req.texts = [self.lm._decode(toks) for toks in req.tokens]

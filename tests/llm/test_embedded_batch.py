@@ -17,7 +17,7 @@ def kv_of(rows: int, length: int, fill: float, layers: int = 2):
             for i in range(layers)]
 
 
-def plain_cache(kv):
+def plain_cache(kv, buffers=None):
     from transformers import DynamicCache
 
     cache = DynamicCache()
@@ -43,6 +43,10 @@ def test_padded_kv_left_pads_masks_and_trims():
     assert batch.pad == [0, 1] and batch.length == 3
     keys = batch.layers()[0][0]
     assert keys[0].eq(1.0).all() and keys[1, :, :1].eq(0).all() and keys[1, :, 1:].eq(100.0).all()
+    batch.regroup([1], [kv_of(2, 1, 7.0), kv_of(1, 5, 8.0)])  # leave and join in one copy
+    assert batch.pad == [3, 4, 4, 0] and batch.length == 5  # the kept row is 2 long
+    keys = batch.layers()[0][0]
+    assert keys[0, :, 3:].eq(100.0).all() and keys[0, :, :3].eq(0).all() and keys[1:3, :, 4:].eq(7.0).all() and keys[3].eq(8.0).all()
     batch.keep([])
     assert batch.pad == [] and batch.length == 0
 
@@ -126,3 +130,23 @@ def test_smollm2_batched_greedy_matches_lone():
     lone = [lm.generate(**c) for c in calls]
     together = run_together(lm, calls)
     assert [g.samples[0].text for g in together] == [g.samples[0].text for g in lone]
+
+
+def test_growing_cache_appends_in_place_and_leaves_its_sources_alone():
+    from mirl.llm.embedded_batch import GROW_ROOM, growing_cache
+
+    source = kv_of(2, 3, 1.0)
+    kept = [(k.clone(), v.clone()) for k, v in source]
+    batch = PaddedKV(growing_cache)
+    batch.add(source)
+    layer = batch.cache.layers[0]
+    buffer = layer._kb
+    assert buffer.shape[2] == 3 + GROW_ROOM  # room to grow, taken at the regroup
+    k, v = batch.cache.update(torch.full((2, 2, 1, 4), 9.0), torch.full((2, 2, 1, 4), -9.0), 0)
+    assert k.shape[2] == 4 and k[:, :, 3].eq(9.0).all() and k[:, :, :3].eq(1.0).all()
+    assert layer._kb is buffer and k.data_ptr() == buffer.data_ptr()  # written in place, no copy
+    assert all(a.equal(b) and c.equal(d) for (a, c), (b, d) in zip(source, kept))
+    for _ in range(GROW_ROOM):  # past the room it moves to a bigger buffer, keeping the contents
+        k, v = batch.cache.update(torch.full((2, 2, 1, 4), 5.0), torch.full((2, 2, 1, 4), -5.0), 0)
+    assert k.shape[2] == 4 + GROW_ROOM and layer._kb is not buffer
+    assert k[:, :, :3].eq(1.0).all() and k[:, :, 3].eq(9.0).all() and k[:, :, 4:].eq(5.0).all()
