@@ -18,9 +18,9 @@ retries as any hosted model.
 - prompts are prefilled by a bfloat16 copy of the model where the CPU has bf16 instructions
   (prefill is arithmetic-bound: 1.8x faster), decoding stays float32 (memory-bound, batched);
 - prefix caching: an agent calls once per step with the whole conversation so far, so each prompt
-  begins with the previous one. The KV caches of recent prompts are kept (a small LRU, bounded in
-  entries and bytes) and a new prompt prefills only what follows its longest cached prefix. The
-  prompt is prefilled in chunks of `prefill_chunk` tokens at fixed positions (0, C, 2C, ...) and
+  begins with the previous one. The KV caches of recent prompts are kept (an LRU of 64 entries and
+  1 GB: one per concurrent episode and then some) and a new prompt prefills only what follows its
+  longest cached prefix. The prompt is prefilled in chunks of `prefill_chunk` tokens at fixed positions (0, C, 2C, ...) and
   only whole chunks are cached, so a warm call runs exactly the computations of a cold one: the
   text is identical with the cache warm or cold, not just close (given deterministic kernels, as
   on CPU). `EmbeddedLM(..., prefix_cache=False)` turns it off and prefills each prompt in one pass

@@ -150,3 +150,18 @@ def test_growing_cache_appends_in_place_and_leaves_its_sources_alone():
         k, v = batch.cache.update(torch.full((2, 2, 1, 4), 5.0), torch.full((2, 2, 1, 4), -5.0), 0)
     assert k.shape[2] == 4 + GROW_ROOM and layer._kb is not buffer
     assert k[:, :, :3].eq(1.0).all() and k[:, :, 3].eq(9.0).all() and k[:, :, 4:].eq(5.0).all()
+
+
+def test_a_dead_decode_thread_fails_callers_instead_of_hanging():
+    from mirl.llm.embedded_batch import DecodeBatcher, Request
+
+    batcher = DecodeBatcher(lm=None)
+    batcher.poll_s = 0.05
+
+    def broken():
+        raise MemoryError("no room for the batch")
+
+    batcher._serve = broken
+    req = Request(ids=None, indices=[0], max_tokens=4, temperature=0.0, top_p=1.0, seed=0, stops=[])
+    with pytest.raises(RuntimeError, match="decode thread ended: MemoryError"):
+        batcher.run(req)
