@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     if ratios:
         print("\nper-command latency, ours / mini-swe-agent's equivalent (target <= 0.50x):")
         for ours, ref in ratios:
-            print(f"  {ours:6} vs {ref:36} {rows[ours]['command_ms'] / rows[ref]['command_ms']:.2f}x")
+            print(f"  {ours:36} vs {ref:36} {rows[ours]['command_ms'] / rows[ref]['command_ms']:.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
