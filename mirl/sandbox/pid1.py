@@ -51,18 +51,6 @@ def marked(marker):
 
 
 def kill_marked(marker):
-    stopped = set()  # stop before killing: a stopped process cannot fork, so the set converges
-    end = time.monotonic() + 3
-    while time.monotonic() < end:
-        new = [p for p in marked(marker) if p not in stopped]
-        if not new:
-            break
-        for pid in new:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except OSError:
-                pass
-        stopped.update(new)
     for _ in range(10):
         pids = marked(marker)
         if not pids:
@@ -80,24 +68,7 @@ def count_processes():
 
 
 def kill_everything():
-    """Used when the process limit is exhausted (a fork bomb): nothing else can run otherwise.
-
-    Stop everything, again and again until nothing new appears (a stopped process cannot fork;
-    without a pids cgroup a bomb outruns plain kill rounds on a loaded machine), then kill."""
-    end = time.monotonic() + 5
-    while time.monotonic() < end:
-        try:
-            os.kill(-1, signal.SIGSTOP)
-        except OSError:
-            pass
-        before = count_processes()
-        time.sleep(0.005)
-        try:
-            os.kill(-1, signal.SIGSTOP)
-        except OSError:
-            pass
-        if count_processes() <= before:
-            break
+    """Used when the process limit is exhausted (a fork bomb): nothing else can run otherwise."""
     for _ in range(20):
         try:
             os.kill(-1, signal.SIGKILL)
