@@ -196,13 +196,14 @@ class EmbeddedLM:
         while len(self._prefixes) > self.prefix_cache_entries or self.prefix_cache_size[1] > self.prefix_cache_bytes:
             self._prefixes.popitem(last=False)
 
-    def _new_cache(self, kv: list[tuple[Any, Any]], rows: int):
-        """A fresh DynamicCache holding copies of `kv`, each row repeated `rows` times."""
+    @staticmethod
+    def _new_cache(kv: list[tuple[Any, Any]]):
+        """A fresh DynamicCache over `kv`: it grows by concatenation, so a cached entry is never written."""
         from transformers import DynamicCache
 
         cache = DynamicCache()
         for i, (k, v) in enumerate(kv):
-            cache.update(k.repeat(rows, 1, 1, 1), v.repeat(rows, 1, 1, 1), i)
+            cache.update(k, v, i)
         return cache
 
     def _prefill(self, ids):
@@ -216,7 +217,7 @@ class EmbeddedLM:
         past = None
         if key is not None:
             self._prefixes.move_to_end(key)
-            past = self._new_cache([(k[:, :, :start], v[:, :, :start]) for k, v in self._prefixes[key][0]], 1)
+            past = self._new_cache([(k[:, :, :start], v[:, :, :start]) for k, v in self._prefixes[key][0]])
         ids = ids.to(self.device)
         c = self.prefill_chunk
         for s in range(start, len(prompt), c):
