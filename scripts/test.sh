@@ -8,6 +8,7 @@ bash scripts/setup.sh --system
 VENV=${MIRL_VENV:-.venv}
 export PATH="$PWD/$VENV/bin:$PATH"
 set +e
+export MIRL_REQUIRE_REAL=1  # a missing real component fails, it does not skip
 python -m pytest "$@"
 rc=$?
 set -e

@@ -48,9 +48,9 @@ def docker_host():
 @pytest.fixture(scope="session")
 def docker_sandbox(docker_host):
     """A DockerSandbox on the engine, with the base image imported (built from the rootfs if needed)."""
+    from mirl.sandbox import image
     from mirl.sandbox.base import SandboxConfig, SandboxError
     from mirl.sandbox.docker_backend import DockerSandbox
-    from mirl.sandbox import image
 
     if image.rootfs_state() == "missing" and shutil.which("debootstrap") is None:
         pytest.skip("needs the base root filesystem: `apt-get install debootstrap` then `mirl image build`")

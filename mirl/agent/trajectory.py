@@ -30,7 +30,7 @@ class Step:
     meta: dict[str, Any] = field(default_factory=dict)  # e.g. localizer verdicts attached by profiling
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Step":
+    def from_dict(cls, d: dict[str, Any]) -> Step:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         return cls(**known)
 
@@ -59,7 +59,7 @@ class Trajectory:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
         d = dict(d)
         steps = [Step.from_dict(s) for s in d.pop("steps", [])]
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}

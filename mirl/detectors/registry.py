@@ -7,8 +7,8 @@ misbehavior is and what it is not), so rule flags and LLM-found error types can 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterable
 
 from mirl.agent.trajectory import Trajectory
 

@@ -52,7 +52,7 @@ NOT_IN_KEY = {"timeout"}
 class RoleModel:
     """One role of a client, seen as a plain `Model` (what the agent loop and judges hold)."""
 
-    def __init__(self, client: "LLMClient", role: str):
+    def __init__(self, client: LLMClient, role: str):
         self.client = client
         self.role = role
         self.name = client.config.role(role).model
@@ -90,7 +90,7 @@ class LLMClient:
         self.config.role(role)  # fail early on an unknown role
         return RoleModel(self, role)
 
-    def with_stage(self, stage: str) -> "LLMClient":
+    def with_stage(self, stage: str) -> LLMClient:
         """The same settings, counting calls under another stage name."""
         return LLMClient(self.config, self.run_dir, stage, sleep=self._sleep, rng=self._rng)
 

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
-from matplotlib.ticker import MaxNLocator
 import pandas as pd
 import seaborn as sns
+from matplotlib.ticker import MaxNLocator
 
 from mirl.jsonl import read_jsonl
 

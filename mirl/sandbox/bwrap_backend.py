@@ -35,11 +35,11 @@ from pathlib import Path
 
 from mirl.sandbox import layers
 from mirl.sandbox.base import (
+    TIMEOUT_EXIT_CODE,
     CommandResult,
     HeadTailBuffer,
     SandboxConfig,
     SandboxError,
-    TIMEOUT_EXIT_CODE,
     VerifyResult,
     user_cache_dir,
 )
@@ -308,7 +308,7 @@ class BwrapSession:
         if self.tmp.exists():
             shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def __enter__(self) -> "BwrapSession":
+    def __enter__(self) -> BwrapSession:
         return self
 
     def __exit__(self, *exc) -> None:

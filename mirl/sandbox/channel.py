@@ -12,7 +12,7 @@ import logging
 import marshal
 import socket
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from mirl.sandbox.base import SandboxError
 
@@ -41,7 +41,7 @@ class Channel:
         self.sock.settimeout(timeout)
         try:
             data = self.sock.recv(1 << 16)
-        except (TimeoutError, BlockingIOError, socket.timeout):
+        except (TimeoutError, BlockingIOError):
             return True
         except OSError:
             return False

@@ -27,11 +27,11 @@ import uuid
 from pathlib import Path
 
 from mirl.sandbox.base import (
+    TIMEOUT_EXIT_CODE,
     CommandResult,
     HeadTailBuffer,
     SandboxConfig,
     SandboxError,
-    TIMEOUT_EXIT_CODE,
     VerifyResult,
     parse_reward,
     tail_lines,
@@ -99,7 +99,7 @@ class DockerSandbox(TaskImages):
         except Exception as e:
             log.debug("pruning exited containers failed: %s", e)
 
-    def start(self, task: Task) -> "DockerSession":
+    def start(self, task: Task) -> DockerSession:
         import docker
 
         if not self._pruned:
@@ -298,7 +298,7 @@ class DockerSession:
     def api(self):
         return self.sandbox.client.api
 
-    def __enter__(self) -> "DockerSession":
+    def __enter__(self) -> DockerSession:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -13,7 +13,7 @@ import tarfile
 import uuid
 from pathlib import Path
 
-from mirl.sandbox.base import Session, SandboxError
+from mirl.sandbox.base import SandboxError, Session
 
 CHUNK = 64_000  # characters of base64 per command
 

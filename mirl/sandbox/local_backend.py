@@ -35,11 +35,11 @@ from pathlib import Path
 
 from mirl.sandbox import layers
 from mirl.sandbox.base import (
+    TIMEOUT_EXIT_CODE,
     CommandResult,
     HeadTailBuffer,
     SandboxConfig,
     SandboxError,
-    TIMEOUT_EXIT_CODE,
     VerifyResult,
 )
 from mirl.sandbox.channel import Channel
@@ -367,7 +367,7 @@ class LocalSession:
                 self.cgroup = None
             shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def __enter__(self) -> "LocalSession":
+    def __enter__(self) -> LocalSession:
         return self
 
     def __exit__(self, *exc) -> None:

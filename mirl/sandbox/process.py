@@ -22,8 +22,8 @@ import selectors
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from mirl.sandbox.base import HeadTailBuffer
 
@@ -136,7 +136,7 @@ class Drainer:
     kill it with SIGPIPE the next time it logs, so the pipe is drained instead.
     """
 
-    _instance: "Drainer | None" = None
+    _instance: Drainer | None = None
     _lock = threading.Lock()
 
     def __init__(self) -> None:
@@ -149,7 +149,7 @@ class Drainer:
         threading.Thread(target=self._loop, name="mirl-pipe-drainer", daemon=True).start()
 
     @classmethod
-    def shared(cls) -> "Drainer":
+    def shared(cls) -> Drainer:
         with cls._lock:
             if cls._instance is None:
                 cls._instance = cls()
@@ -263,7 +263,7 @@ class PidsCgroup:
         self.path = path
 
     @classmethod
-    def create(cls, name: str, limit: int) -> "PidsCgroup | None":
+    def create(cls, name: str, limit: int) -> PidsCgroup | None:
         if os.geteuid() != 0 or not (PIDS_ROOT / "cgroup.procs").exists():
             return None
         path = PIDS_ROOT / name

@@ -14,7 +14,7 @@ def make_sandbox(config: SandboxConfig | str | None = None) -> Sandbox:
         config = SandboxConfig(backend=config)
     name = config.backend
     if name == "auto":
-        from mirl.sandbox import docker_backend, bwrap_backend
+        from mirl.sandbox import bwrap_backend, docker_backend
 
         if docker_backend.engine_available():
             name = "docker"

@@ -6,7 +6,7 @@ session with `run(command, timeout, env=...)` and `read_file(path)`; the rest is
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from mirl.sandbox.base import SandboxError, VerifyResult, parse_reward, tail_lines
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mirl.llm.types import Completion
 from mirl.sandbox.base import CommandResult, VerifyResult

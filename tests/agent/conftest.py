@@ -1,5 +1,4 @@
 import pytest
-
 from agent_doubles import make_task
 
 

@@ -1,9 +1,9 @@
-import time
+
+from agent_doubles import SUBMIT, FakeSandbox, FakeSession, Scripted, bash, tool_call
 
 from mirl.agent import AgentConfig, Discard, Step, run_episode
 from mirl.agent.messages import build_messages
 from mirl.sandbox.base import CommandResult
-from agent_doubles import SUBMIT, FakeSandbox, FakeSession, Scripted, bash, tool_call
 
 
 def test_submit_ends_episode_and_verifies(task):
@@ -65,7 +65,9 @@ def test_task_agent_timeout_is_the_default(tmp_path):
 
 
 def test_token_limit(task):
-    big = lambda c: CommandResult("x" * 4000 + "\n", 0, 0.0)  # ~1000 tokens per observation
+    def big(c):  # ~1000 tokens per observation
+        return CommandResult("x" * 4000 + "\n", 0, 0.0)
+
     t = run_episode(task, FakeSandbox(respond=big), Scripted([bash("cat big")]), AgentConfig(max_context_tokens=3000))
     assert t.exit_reason == "token_limit"
     assert 1 <= len(t.steps) <= 3

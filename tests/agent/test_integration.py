@@ -3,11 +3,11 @@
 from pathlib import Path
 
 import pytest
+from agent_doubles import SUBMIT, bash, write_hello_task
 
 from mirl.agent import AgentConfig, run_episode
-from mirl.sandbox.base import SandboxConfig, SandboxError
+from mirl.sandbox.base import SandboxConfig
 from mirl.tasks import load_task
-from agent_doubles import SUBMIT, bash, write_hello_task
 
 BUNDLED = Path(__file__).resolve().parents[2] / "tasks"
 

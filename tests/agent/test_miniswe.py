@@ -1,11 +1,11 @@
 import json
 
 import pytest
+from agent_doubles import SUBMIT, FakeSandbox, Scripted, bash, tool_call
 
 from mirl.agent import AgentConfig, Step, Trajectory, run_episode
 from mirl.agent.miniswe import FORMAT, TrajFormatError, from_traj_json, load_traj_json, save_traj_json, to_traj_json
 from mirl.sandbox.base import CommandResult
-from agent_doubles import SUBMIT, FakeSandbox, Scripted, bash, tool_call
 
 
 def _played(task, action_format):

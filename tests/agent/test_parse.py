@@ -1,7 +1,8 @@
 import json
 
-from mirl.agent.parse import parse_reply, parse_text, parse_tool
 from agent_doubles import tool_call
+
+from mirl.agent.parse import parse_reply, parse_text, parse_tool
 
 
 def test_text_one_block():

@@ -1,7 +1,8 @@
+from agent_doubles import FakeSession
+
 from mirl.agent.restore import normalize_output, restore_prefix
 from mirl.agent.trajectory import Step
 from mirl.sandbox.base import CommandResult
-from agent_doubles import FakeSession
 
 
 def test_normalize_masks_volatile_parts_only():

@@ -13,9 +13,9 @@ import argparse
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable
 
 Reply = Callable[[dict], str]
 
