@@ -1,21 +1,24 @@
 """Running the stage notebooks headless (papermill) and giving them typed parameters.
 
-A stage notebook declares in its metadata which config dataclass its parameters cell fills::
+A stage notebook names its stage (= its section of the params file) in its metadata::
 
-    "metadata": {"mirl": {"stage": "profiling", "params": "mirl.profiling.config:ProfilingParams"}}
+    "metadata": {"mirl": {"stage": "profiling"}}
 
-`mirl run` reads the stage's section of a params YAML (`params/demo.yaml`: `profiling: {...}`),
-applies `-p KEY=VALUE` overrides, validates them against that dataclass *before* starting a kernel
-(unknown keys and wrong types fail at once, naming the key), then executes the notebook with
-papermill: data goes to `runs/<RUN>/`, the executed notebook and figures to `reports/<RUN>/`.
-Inside the notebook, `notebook_params(Cls, globals())` turns the parameters cell's flat literals
-into the same typed object, so papermill's string coercion cannot bite either way.
+Its parameters cell is generated from the params classes (`parameters_source`; a test fails when
+the notebook's cell differs): the run's name and roots, the shared sections `models`, `sandbox` and
+`agent` as mappings (empty = defaults), then the stage's own settings as flat literals.
+
+`mirl run` reads the params file (`params/demo.yaml`), applies `-p SECTION.KEY=VALUE` overrides and
+validates the whole of it *before* starting a kernel (unknown sections or keys and wrong types fail
+at once, naming the key and the file), then executes the notebook with papermill: data goes to
+`runs/<RUN>/`, the executed notebook and figures to `reports/<RUN>/`. Inside the notebook,
+`notebook_params(globals())` turns the parameters cell into the same typed `mirl.params.Params`, so
+papermill's string coercion cannot bite either way.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import logging
 import os
@@ -25,14 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from mirl.config import ParamsError, build
+from mirl import params as pipeline
+from mirl.config import ParamsError, help_text
 
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-RESERVED = ("run_name", "runs_root", "reports_root")
+RESERVED = ("run_name", "runs_root", "reports_root", "force")
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
 
 
@@ -42,48 +44,74 @@ class RunSpec:
 
     notebook: Path
     run_name: str = field(default="demo", metadata={"help": "data in runs/<run_name>/, reports in reports/<run_name>/"})
-    params_file: Path | None = field(default=None, metadata={"help": "params YAML with one section per stage"})
-    overrides: dict[str, Any] = field(default_factory=dict, metadata={"help": "KEY=VALUE overrides, after the file"})
+    params_file: Path | None = field(default=None, metadata={"help": "params YAML: shared sections, then one per stage"})
+    overrides: dict[str, Any] = field(default_factory=dict, metadata={"help": "SECTION.KEY=VALUE overrides, after the file"})
     runs_root: Path = field(default=Path("runs"), metadata={"help": "where run data goes"})
     reports_root: Path = field(default=Path("reports"), metadata={"help": "where executed notebooks and figures go"})
     kernel: str = field(default="python3", metadata={"help": "Jupyter kernel name"})
     cell_timeout_s: int = field(default=3600, metadata={"help": "seconds one cell may run before the run fails"})
+    force: bool = field(default=False, metadata={"help": "overwrite the stage's outputs made with other params"})
 
 
 def notebook_meta(path: Path) -> dict[str, Any]:
     nb = json.loads(Path(path).read_text())
     meta = nb.get("metadata", {}).get("mirl")
-    if not isinstance(meta, dict) or "params" not in meta or "stage" not in meta:
-        raise ParamsError(f"{path}: notebook metadata has no mirl.stage / mirl.params entry")
+    if not isinstance(meta, dict) or "stage" not in meta:
+        raise ParamsError(f"{path}: notebook metadata has no mirl.stage entry")
+    if meta["stage"] not in pipeline.stage_sections():
+        raise ParamsError(f"{path}: mirl.stage {meta['stage']!r} is no stage; stages: "
+                          f"{', '.join(pipeline.stage_sections())}")
     return meta
 
 
-def params_class(dotted: str) -> type:
-    module, _, name = dotted.partition(":")
-    return getattr(importlib.import_module(module), name)
+def parameters_source(stage: str) -> str:
+    """The parameters cell of a stage notebook, generated from the params classes."""
+    lines = [f"# parameters: `mirl run` injects the params file's values (shared sections, then section `{stage}`)",
+             'run_name = "demo"', 'runs_root = "runs"', 'reports_root = "reports"',
+             "# overwrite this stage's outputs if they were made with other params", "force = False",
+             "# shared sections as mappings; empty = defaults (see mirl.params)"]
+    lines += [f"{name} = {{}}" for name in pipeline.SHARED]
+    cls = pipeline.section_class(stage)
+    helps = help_text(cls)
+    lines.append(f"# section `{stage}`")
+    for f in dataclasses.fields(cls):
+        lines.append(f"# {helps[f.name]}")
+        lines.append(f"{f.name} = {_literal(getattr(cls(), f.name))!r}")
+    return "\n".join(lines)
 
 
-def stage_values(params_file: Path | None, stage: str) -> dict[str, Any]:
-    if params_file is None:
-        return {}
-    data = yaml.safe_load(Path(params_file).read_text()) or {}
-    if not isinstance(data, dict):
-        raise ParamsError(f"{params_file}: must map stage names to parameter sections")
-    section = data.get(stage, {}) or {}
-    if not isinstance(section, dict):
-        raise ParamsError(f"{params_file}: section {stage!r} must be a mapping")
-    return dict(section)
+def parameters_cell(path: Path) -> str:
+    nb = json.loads(Path(path).read_text())
+    for cell in nb["cells"]:
+        if "parameters" in (cell.get("metadata", {}).get("tags") or []):
+            return "".join(cell["source"])
+    raise ParamsError(f"{path}: no cell tagged `parameters`")
 
 
-def resolve_parameters(spec: RunSpec) -> tuple[dict[str, Any], Any]:
-    """The flat parameters papermill injects, and the typed object they make (validated here)."""
-    meta = notebook_meta(spec.notebook)
-    cls = params_class(meta["params"])
-    values = stage_values(spec.params_file, meta["stage"])
-    values.update(spec.overrides)
-    typed = build(cls, values)
-    flat = {f.name: _literal(getattr(typed, f.name)) for f in dataclasses.fields(typed)}
-    flat.update(run_name=spec.run_name, runs_root=str(spec.runs_root), reports_root=str(spec.reports_root))
+def sync_parameters_cell(path: Path) -> bool:
+    """Rewrite a notebook's parameters cell from the params classes; True when it changed."""
+    nb = json.loads(Path(path).read_text())
+    source = parameters_source(notebook_meta(path)["stage"])
+    for cell in nb["cells"]:
+        if "parameters" in (cell.get("metadata", {}).get("tags") or []):
+            if "".join(cell["source"]) == source:
+                return False
+            cell["source"] = source.splitlines(keepends=True)
+            Path(path).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+            return True
+    raise ParamsError(f"{path}: no cell tagged `parameters`")
+
+
+def resolve_parameters(spec: RunSpec) -> tuple[dict[str, Any], pipeline.Params]:
+    """The parameters papermill injects, and the typed params they make (validated here, whole)."""
+    stage = notebook_meta(spec.notebook)["stage"]
+    raw = pipeline.apply_overrides(pipeline.read_file(spec.params_file), spec.overrides)
+    typed = pipeline.from_values(raw, str(spec.params_file) if spec.params_file else "params")
+    flat: dict[str, Any] = {name: raw.get(name) or {} for name in pipeline.SHARED}
+    section = getattr(typed, stage)
+    flat.update({f.name: _literal(getattr(section, f.name)) for f in dataclasses.fields(section)})
+    flat.update(run_name=spec.run_name, runs_root=str(spec.runs_root), reports_root=str(spec.reports_root),
+                force=spec.force)
     return flat, typed
 
 
@@ -95,25 +123,16 @@ def _literal(value: Any) -> Any:
     return value
 
 
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """KEY=VALUE pairs; VALUE is read as YAML so numbers, booleans and lists keep their type."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ParamsError(f"override {pair!r} must look like KEY=VALUE")
-        try:
-            out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
-        except yaml.YAMLError:
-            out[key.strip()] = value
-    return out
-
-
-def notebook_params(cls: type, namespace: dict[str, Any]) -> Any:
-    """Inside a notebook: the typed params object from the parameters cell's variables."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    values = {k: v for k, v in namespace.items() if k in names}
-    return build(cls, values)
+def notebook_params(namespace: dict[str, Any], stage: str | None = None) -> pipeline.Params:
+    """Inside a notebook: the typed params from the parameters cell's variables (shared sections as
+    mappings, the stage's settings flat). `stage` defaults to the one whose fields the cell holds."""
+    if stage is None:
+        stage = next(s for s in pipeline.stage_sections()
+                     if all(f.name in namespace for f in dataclasses.fields(pipeline.section_class(s))))
+    names = {f.name for f in dataclasses.fields(pipeline.section_class(stage))}
+    values: dict[str, Any] = {name: namespace.get(name) or {} for name in pipeline.SHARED}
+    values[stage] = {k: v for k, v in namespace.items() if k in names}
+    return pipeline.from_values(values, "the notebook's parameters cell")
 
 
 def run_dirs(namespace: dict[str, Any]) -> tuple[Path, Path]:
@@ -167,3 +186,19 @@ def execute(spec: RunSpec) -> Path:
             log.warning("redacted %d secret value(s) from %s", hits, output)
     log.info("%s done in %.1f s", notebook.name, time.monotonic() - t0)
     return output
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m mirl.notebook --sync NOTEBOOK...`: regenerate parameters cells from the params classes."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m mirl.notebook")
+    parser.add_argument("--sync", nargs="+", metavar="NOTEBOOK", required=True)
+    args = parser.parse_args(argv)
+    for path in args.sync:
+        print(f"{path}: {'rewritten' if sync_parameters_cell(Path(path)) else 'up to date'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

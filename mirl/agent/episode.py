@@ -20,6 +20,7 @@ from mirl.agent.messages import build_messages, message_chars
 from mirl.agent.parse import parse_reply
 from mirl.agent.restore import restore_prefix
 from mirl.agent.trajectory import Step, Trajectory
+from mirl.llm.errors import BudgetExceeded
 from mirl.llm.types import Completion, Model
 from mirl.sandbox.base import Sandbox, Session
 from mirl.tasks import Task
@@ -113,6 +114,8 @@ def run_episode(
             v = session.verify()
             clock.add("verify_s", t)
             traj.reward, traj.verifier_tail, traj.verifier_error = v.reward, v.tail, v.error
+    except BudgetExceeded:  # not this episode's fault: the stage stops, and the episode stays unplayed
+        raise
     except Exception as e:  # a broken model or sandbox ends this episode, not the whole run
         traj.exit_reason = "error"
         traj.error = f"{type(e).__name__}: {e}"

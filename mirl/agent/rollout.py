@@ -2,20 +2,18 @@
 
 A (task, seed) pair is finished when a complete record for it is in the file; a rerun plays only
 the missing pairs, so a killed run loses at most its in-flight episodes and never duplicates one.
-Episodes run on local threads or, with `ray_address`, as Ray tasks: both are submitted as
-futures and collected by the same loop, which is the only writer of the file.
+The work runs on the common stage runner (`mirl.runner`): local threads or, with `ray_address`,
+Ray tasks, collected by one loop that is the only writer of the file; the run remembers the params
+that made it and refuses to mix in others.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +22,9 @@ from mirl.agent.config import AgentConfig
 from mirl.agent.episode import run_episode
 from mirl.agent.hooks import StepHook
 from mirl.agent.trajectory import Trajectory
-from mirl.jsonl import JsonlWriter, read_jsonl
 from mirl.llm.config import LLMConfig
+from mirl.runner.executor import ExecutorError
+from mirl.runner.stage import Item, Stage, run_stage
 from mirl.sandbox.base import SandboxConfig
 from mirl.tasks import Task
 
@@ -79,7 +78,6 @@ class RolloutResult:
     planned: int  # pairs asked for
     skipped: int  # already finished before this run
     new: list[Trajectory] = field(default_factory=list)
-    write_s: float = 0.0  # time spent appending records (fsync included): the runner's own cost
 
     def summary(self) -> dict[str, Any]:
         rewards = [t.reward for t in self.new if t.reward is not None]
@@ -114,26 +112,97 @@ def load_tasks(config: RolloutConfig) -> list[Task]:
     return tasks
 
 
-def finished_pairs(path: Path, retry_errors: bool = False) -> set[tuple[str, int]]:
-    """Keys with a complete record; with `retry_errors`, error records are first removed from the file."""
-    records, report = read_jsonl(path)
-    if retry_errors and any(r.get("exit_reason") == "error" for r in records):
-        keep = [r for r in records if r.get("exit_reason") != "error"]
-        tmp = path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for r in keep:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        log.info("removed %d error record(s) from %s to replay them", len(records) - len(keep), path)
-        records = keep
-    if report.torn_tail:
-        log.warning("%s: the last record was cut off by a kill; its episode will be played again", path)
-    return {(r.get("task"), r.get("seed")) for r in records if "task" in r and "seed" in r}
+class RolloutStage(Stage):
+    """Plain policy rollouts on the common runner: one record per (task, seed) in `<out>/trajectories.jsonl`."""
+
+    name = "rollout"
+    directory = ""  # records go straight into `out`
+    records = TRAJECTORIES
+    key_fields = ("task", "seed")
+
+    def __init__(self, config: RolloutConfig, tasks: list[Task], model=None, sandbox=None,
+                 hook_factory: Callable[[], StepHook] | None = None,
+                 progress_fields: Callable[[Trajectory], dict[str, Any]] | None = None):
+        super().__init__(config, config.out)
+        self.config = config
+        self._tasks = {t.id: t for t in tasks}
+        self._model, self._sandbox = model, sandbox
+        self.hook_factory = hook_factory
+        self.progress_fields = progress_fields
+        self.new: list[Trajectory] = []
+        self._lock = threading.Lock()
+
+    def __getstate__(self):  # what travels to a Ray worker: no live model, sandbox or lock
+        state = dict(self.__dict__)
+        state.update(_model=None, _sandbox=None, _lock=None, progress_fields=None, new=[])
+        return state
+
+    @property
+    def workers(self) -> int:
+        return self.config.workers
+
+    @property
+    def ray_address(self) -> str:
+        return self.config.ray_address or ""
+
+    def fingerprint(self) -> dict[str, Any]:
+        llm = self.config.llm_config()
+        policy = getattr(self._model, "name", None) or llm.policy.model
+        return {"models": {"policy": {**role_fingerprint(llm, "policy"), "model": policy}},
+                "agent": asdict(self.config.agent), "sandbox": sandbox_fingerprint(self.config.sandbox),
+                "tasks": sorted(self._tasks), "seeds": [self.config.first_seed, self.config.seeds]}
+
+    def plan(self) -> list[Item]:
+        seeds = range(self.config.first_seed, self.config.first_seed + self.config.seeds)
+        return [Item((t.id, s), (str(t.path), t.id, s)) for t in self._tasks.values() for s in seeds]
+
+    def redo(self, record: dict[str, Any]) -> bool:
+        return self.config.retry_errors and record.get("exit_reason") == "error"
+
+    def resources(self):
+        """The model and sandbox of this process (built once: loading a model is costly)."""
+        if self._lock is None:
+            self._lock = threading.Lock()
+        with self._lock:
+            if self._model is None or self._sandbox is None:
+                model, sandbox = _worker_resources(json.dumps(asdict(self.config), default=str))
+                self._model = self._model or model
+                self._sandbox = self._sandbox or sandbox
+            return self._model, self._sandbox
+
+    def task(self, path: str, task_id: str) -> Task:
+        from mirl.tasks import load_task
+
+        if task_id not in self._tasks:
+            self._tasks[task_id] = load_task(path)
+        return self._tasks[task_id]
+
+    def run_item(self, payload) -> dict[str, Any]:
+        path, task_id, seed = payload
+        model, sandbox = self.resources()
+        hook = self.hook_factory() if self.hook_factory else None
+        return run_episode(self.task(path, task_id), sandbox, model, self.config.agent, seed=seed, hook=hook).to_dict()
+
+    def progress(self, record: dict[str, Any]) -> dict[str, Any]:
+        traj = Trajectory.from_dict(record)
+        self.new.append(traj)
+        rewards = [t.reward for t in self.new if t.reward is not None]
+        fields = {"reward": f"{sum(rewards) / len(rewards):.2f}" if rewards else "-", "last": traj.exit_reason}
+        if self.progress_fields:
+            fields.update(self.progress_fields(traj))
+        return fields
 
 
-# --- executors: threads here, Ray tasks there; both hand back concurrent futures -------------------
+def role_fingerprint(llm: LLMConfig, role: str) -> dict[str, Any]:
+    """What of a role's settings changes its answers (not where it is served or how long it may take)."""
+    rc = llm.role(role)
+    return {"model": rc.model, "temperature": llm.temperature(role), "top_p": rc.top_p, "max_tokens": rc.max_tokens,
+            "seed": rc.seed, "extra": rc.extra}
+
+
+def sandbox_fingerprint(config: SandboxConfig) -> dict[str, Any]:
+    return {"backend": config.backend, "output_limit": config.output_limit, "allow_internet": config.allow_internet,
+            "base_image": config.base_image}
 
 
 _WORKER_CACHE: dict[str, Any] = {}
@@ -141,7 +210,7 @@ _WORKER_LOCK = threading.Lock()
 
 
 def _worker_resources(config_json: str):
-    """The model and sandbox of this process for a config (built once: loading a model is costly)."""
+    """The model and sandbox of this process for a config (built once per process)."""
     with _WORKER_LOCK:
         if config_json not in _WORKER_CACHE:
             from mirl.config import build
@@ -154,52 +223,6 @@ def _worker_resources(config_json: str):
         return _WORKER_CACHE[config_json]
 
 
-def _ray_episode(config_json: str, task_path: str, seed: int, hook_factory) -> dict[str, Any]:
-    from mirl.config import build
-    from mirl.tasks import load_task
-
-    model, sandbox = _worker_resources(config_json)
-    agent = build(RolloutConfig, json.loads(config_json)).agent
-    hook = hook_factory() if hook_factory else None
-    return run_episode(load_task(task_path), sandbox, model, agent, seed=seed, hook=hook).to_dict()
-
-
-class _RayExecutor:
-    def __init__(self, address: str, config_json: str):
-        try:
-            import ray
-        except ImportError:
-            raise RolloutError("--ray needs the ray package: pip install 'mirl[ray]' (or run without --ray)") from None
-        if not ray.is_initialized():
-            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
-        self._remote = ray.remote(_ray_episode)
-        self._config_json = config_json
-
-    def submit(self, task: Task, seed: int, hook_factory) -> Future:
-        ref = self._remote.remote(self._config_json, str(task.path), seed, hook_factory)
-        fut: Future = Future()
-        inner = ref.future()
-        inner.add_done_callback(lambda f: fut.set_exception(f.exception()) if f.exception()
-                                else fut.set_result(Trajectory.from_dict(f.result())))
-        return fut
-
-    def shutdown(self) -> None:
-        pass
-
-
-class _ThreadExecutor:
-    def __init__(self, workers: int, model, sandbox, agent: AgentConfig):
-        self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="episode")
-        self.model, self.sandbox, self.agent = model, sandbox, agent
-
-    def submit(self, task: Task, seed: int, hook_factory) -> Future:
-        return self._pool.submit(lambda: run_episode(task, self.sandbox, self.model, self.agent, seed=seed,
-                                                     hook=hook_factory() if hook_factory else None))
-
-    def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
 # --- the loop ---------------------------------------------------------------------------------------
 
 
@@ -210,61 +233,18 @@ def run_rollouts(
     sandbox=None,
     hook_factory: Callable[[], StepHook] | None = None,
     progress_fields: Callable[[Trajectory], dict[str, Any]] | None = None,
+    force: bool = False,
 ) -> RolloutResult:
     """Play every missing (task, seed) pair of `config`; `model`/`sandbox` override the configured ones.
 
-    `progress_fields(trajectory)` adds a stage's own numbers to the progress bar after each episode."""
+    `progress_fields(trajectory)` adds a caller's own numbers to the progress bar after each episode."""
     tasks = tasks if tasks is not None else load_tasks(config)
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / TRAJECTORIES
-    done = finished_pairs(path, config.retry_errors)
-    seeds = range(config.first_seed, config.first_seed + config.seeds)
-    planned = [(t, s) for t in tasks for s in seeds]
-    pending = [(t, s) for t, s in planned if (t.id, s) not in done]
-    result = RolloutResult(path=path, planned=len(planned), skipped=len(planned) - len(pending))
-    (out / "rollout_config.json").write_text(json.dumps(asdict(config), indent=2, default=str))
-    if not pending:
-        return result
-
-    if config.ray_address:
-        executor: Any = _RayExecutor(config.ray_address, json.dumps(asdict(config), default=str))
-    else:
-        if model is None or sandbox is None:
-            from mirl.llm.client import LLMClient
-            from mirl.sandbox.select import make_sandbox
-
-            if model is None:
-                model = LLMClient(config.llm_config(), run_dir=config.ledger_dir or out, stage=config.stage).model("policy")
-            if sandbox is None:
-                sandbox = make_sandbox(config.sandbox)
-        executor = _ThreadExecutor(config.workers, model, sandbox, config.agent)
-
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=len(pending), disable=not config.progress, desc="episodes", unit="ep")
-    futures = {executor.submit(t, s, hook_factory): (t.id, s) for t, s in pending}
-    rewards: list[float] = []
+    stage = RolloutStage(config, tasks, model=model, sandbox=sandbox, hook_factory=hook_factory,
+                         progress_fields=progress_fields)
     try:
-        with JsonlWriter(path) as writer:
-            for fut in as_completed(futures):
-                key = futures[fut]
-                try:
-                    traj = fut.result()
-                except Exception as e:  # a worker died (Ray) - the pair stays unfinished for the next run
-                    log.error("episode %s seed %d was lost: %s", key[0], key[1], e)
-                    bar.update(1)
-                    continue
-                t = time.perf_counter()
-                writer.append(traj.to_dict())
-                result.write_s += time.perf_counter() - t
-                result.new.append(traj)
-                if traj.reward is not None:
-                    rewards.append(traj.reward)
-                bar.update(1)
-                bar.set_postfix(reward=f"{sum(rewards) / len(rewards):.2f}" if rewards else "-",
-                                last=traj.exit_reason, **(progress_fields(traj) if progress_fields else {}))
-    finally:
-        bar.close()
-        executor.shutdown()
-    return result
+        summary = run_stage(stage, force=force, progress=config.progress)
+    except ExecutorError as e:
+        raise RolloutError(str(e)) from None
+    (Path(config.out) / "rollout_config.json").write_text(json.dumps(asdict(config), indent=2, default=str))
+    return RolloutResult(path=stage.records_path, planned=summary["planned"], skipped=summary["skipped"],
+                         new=stage.new)

@@ -15,7 +15,10 @@ import sys
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rollout", help="play a policy on tasks (resumable), or convert trajectories",
                        description="Play every (task, seed) pair not yet in OUT/trajectories.jsonl.")
-    p.add_argument("--params", help="YAML params file (RolloutConfig fields; flags below override it)")
+    p.add_argument("--params", help="params YAML (its models, sandbox and agent sections; flags below override it)")
+    p.add_argument("-p", "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one parameter of the params file, e.g. models.policy.temperature=1.0")
+    p.add_argument("--force", action="store_true", help="overwrite a run in OUT that was made with other params")
     p.add_argument("--tasks", nargs="+", help="task directories or directories holding tasks (default: tasks)")
     p.add_argument("--task", dest="task_ids", action="append", help="only this task id (repeatable)")
     p.add_argument("--model", help="policy model, e.g. local/smollm2, hosted_vllm/<id>, openai/<id>")
@@ -53,13 +56,17 @@ def _overrides(args) -> tuple[dict, dict]:
 def _rollout(args) -> int:
     if args.convert:
         return _convert(args)
+    from mirl import params as pipeline
     from mirl.agent.rollout import RolloutConfig, RolloutError, run_rollouts
-    from mirl.config import ParamsError, load_params
+    from mirl.config import ParamsError, build
+    from mirl.runner import ParamsMismatch
     from mirl.sandbox.base import SandboxError
 
     overrides, agent = _overrides(args)
     try:
-        config = load_params(RolloutConfig, args.params, overrides)
+        shared = pipeline.load(args.params, args.overrides)
+        config = build(RolloutConfig, overrides)
+        config.llm, config.agent, config.sandbox = shared.models, shared.agent, shared.sandbox
         for k, v in agent.items():
             setattr(config.agent, k, v)
         if args.sandbox:
@@ -68,8 +75,8 @@ def _rollout(args) -> int:
             config.llm.policy.api_base = args.api_base
         if config.seeds < 1 or config.workers < 1 or config.agent.max_steps < 1:
             raise ParamsError("seeds, workers and max-steps must be at least 1")
-        result = run_rollouts(config)
-    except (ParamsError, RolloutError, SandboxError, FileNotFoundError) as e:
+        result = run_rollouts(config, force=args.force)
+    except (ParamsError, ParamsMismatch, RolloutError, SandboxError, FileNotFoundError) as e:
         print(f"mirl rollout: {e}", file=sys.stderr)
         return 2
     s = result.summary()

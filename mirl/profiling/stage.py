@@ -1,135 +1,175 @@
-"""Run the profiling stage: episodes with the localizer/teacher hook, then the error-step table.
+"""The profiling stage on the common runner: plan (task, seed) episodes, play one with the
+localizer/teacher hook, finalize into the error-step table.
 
 Output under `runs/<name>/profiling/`:
   trajectories.jsonl   one finished episode per line (append-only; the resume point)
   error_steps.jsonl    one row per flagged step, derived from the trajectories (rewritten whole)
-  summary.json         steps, flags, flag rate, discards, tokens and cost per role
-  llm_calls.jsonl      the ledger of every LLM call (in the run directory)
+  params.json          the params that made it (a resume with other ones is refused)
+  summary.json         steps, flags, flag rate, discards, rewards, and LLM calls per role
+The LLM ledger of every call is `runs/<name>/llm_calls.jsonl`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
+import threading
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from mirl.agent.config import AgentConfig
-from mirl.agent.rollout import RolloutConfig, run_rollouts
+from mirl.agent.episode import run_episode
+from mirl.agent.rollout import RolloutError, role_fingerprint, sandbox_fingerprint
+from mirl.agent.trajectory import Trajectory
 from mirl.jsonl import read_jsonl
-from mirl.llm.config import LLMConfig, RoleConfig
-from mirl.profiling.config import ProfilingParams
+from mirl.llm.config import LLMConfig
+from mirl.params import Params, stage_budgets
 from mirl.profiling.hook import ProfilingHook, flag_of
 from mirl.profiling.localizer import EitherLocalizer, LLMLocalizer, RuleLocalizer
 from mirl.profiling.teacher import LLMTeacher, ReferenceTeacherAdapter
-from mirl.sandbox.base import SandboxConfig
+from mirl.runner.layout import RunDir, atomic_write_jsonl
+from mirl.runner.stage import Item, Stage, run_stage
+from mirl.tasks import Task
 
 log = logging.getLogger(__name__)
 STAGE = "profiling"
+TRAJECTORIES = "trajectories.jsonl"
+ERROR_STEPS = "error_steps.jsonl"
+
+_PROCESS: dict[str, Any] = {}  # per-process LLM client and sandbox, keyed by run and params
+_PROCESS_LOCK = threading.Lock()
 
 
-def llm_config(p: ProfilingParams) -> LLMConfig:
-    role = dict(temperature=p.role_temperature, api_base=p.roles_api_base, api_key_env=p.api_key_env)
-    cfg = LLMConfig(
-        policy=RoleConfig(model=p.policy_model, temperature=p.policy_temperature, api_base=p.policy_api_base,
-                          max_tokens=p.policy_max_tokens, api_key_env=p.api_key_env if p.policy_api_base else ""),
-        localizer=RoleConfig(model=p.localizer_model or p.policy_model, max_tokens=512, **role),
-        teacher=RoleConfig(model=p.teacher_model or p.policy_model, max_tokens=768, **role),
-    )
-    if p.budget_usd > 0:
-        cfg.stage_budget_usd = {STAGE: p.budget_usd}
-    return cfg
+class ProfilingStage(Stage):
+    name = STAGE
+    records = TRAJECTORIES
+    key_fields = ("task", "seed")
+    derived = (ERROR_STEPS,)
 
+    def __init__(self, params: Params, run_dir, tasks: list[Task] | None = None, sandbox=None, policy=None):
+        super().__init__(params, run_dir)
+        self._tasks = tasks
+        self._sandbox, self._policy = sandbox, policy
+        self.steps = self.flags = 0
 
-def rollout_config(p: ProfilingParams, run_dir: Path) -> RolloutConfig:
-    tasks = [t.strip() for t in p.tasks.split(",") if t.strip()]
-    return RolloutConfig(
-        tasks=tasks, seeds=p.seeds, out=str(run_dir / STAGE), ledger_dir=str(run_dir), stage=STAGE,
-        workers=p.workers, ray_address=p.ray_address or None,
-        retry_errors=True, model=p.policy_model, llm=llm_config(p),
-        agent=AgentConfig(action_format=p.action_format, max_steps=p.max_steps, command_timeout_s=p.command_timeout_s,
-                          temperature=p.policy_temperature, max_output_tokens=p.policy_max_tokens),
-        sandbox=SandboxConfig(backend=p.sandbox, command_timeout_s=p.command_timeout_s),
-    )
+    def __getstate__(self):  # what travels to a Ray worker: params and task paths, no live objects
+        state = dict(self.__dict__)
+        if state["_sandbox"] is not None or state["_policy"] is not None:
+            raise RolloutError("a sandbox or policy object given to the stage cannot travel to Ray workers; "
+                               "leave ray_address empty, or configure them in params")
+        state["_tasks"] = None
+        return state
 
+    # --- what the stage depends on ----------------------------------------------------------------
 
-_CLIENTS: dict[tuple[str, str], Any] = {}
+    def llm_config(self) -> LLMConfig:
+        return replace(self.params.models, stage_budget_usd=stage_budgets(self.params))
 
+    def role_models(self) -> dict[str, str]:
+        p, m = self.params.profiling, self.params.models
+        return {"localizer": {"rules": "rules", "llm": m.localizer.model, "both": f"rules+{m.localizer.model}"}[p.localizer],
+                "teacher": "reference-solution" if p.teacher == "reference" else m.teacher.model}
 
-class HookFactory:
-    """Makes one ProfilingHook per episode. Picklable (no live client inside), so Ray workers can use it:
-    each process builds its own LLM client for the run on first use."""
+    def tasks(self) -> list[Task]:
+        if self._tasks is None:
+            from mirl.agent.rollout import RolloutConfig, load_tasks
 
-    def __init__(self, p: ProfilingParams, llm: LLMConfig, run_dir: str | Path):
-        if p.localizer in ("llm", "both") and not p.localizer_model:
-            raise ValueError("localizer=llm|both needs localizer_model (a litellm model name)")
-        if p.teacher == "llm" and not p.teacher_model:
-            raise ValueError("teacher=llm needs teacher_model (a litellm model name)")
-        self.p, self.llm, self.run_dir = p, llm, str(run_dir)
-        self.models = {"localizer": {"rules": "rules", "llm": p.localizer_model,
-                                     "both": f"rules+{p.localizer_model}"}[p.localizer],
-                       "teacher": "reference-solution" if p.teacher == "reference" else p.teacher_model}
+            p = self.params.profiling
+            tasks = load_tasks(RolloutConfig(tasks=[t.strip() for t in p.tasks.split(",") if t.strip()]))
+            if p.max_tasks > 0:
+                tasks = sorted(tasks, key=lambda t: t.id)[: p.max_tasks]
+            self._tasks = tasks
+        return self._tasks
 
-    def client(self) -> Any:
+    def fingerprint(self) -> dict[str, Any]:
+        p, llm = self.params.profiling, self.llm_config()
+        models = {"policy": role_fingerprint(llm, "policy")}
+        if self._policy is not None:
+            models["policy"]["model"] = getattr(self._policy, "name", type(self._policy).__name__)
+        if p.localizer != "rules":
+            models["localizer"] = role_fingerprint(llm, "localizer")
+        if p.teacher == "llm":
+            models["teacher"] = role_fingerprint(llm, "teacher")
+        return {"models": models, "agent": asdict(self.params.agent),
+                "sandbox": sandbox_fingerprint(self.params.sandbox),
+                "profiling": {"tasks": sorted(t.id for t in self.tasks()), "seeds": p.seeds,
+                              "localizer": p.localizer, "teacher": p.teacher, "teacher_tries": p.teacher_tries}}
+
+    def plan(self) -> list[Item]:
+        tasks = self.tasks()
+        if self.params.profiling.teacher == "reference":
+            missing = [t.id for t in tasks if t.solution is None]
+            if missing:
+                log.warning("no reference solution for %d task(s) (%s...): flagged steps there are discarded",
+                            len(missing), ", ".join(missing[:3]))
+        return [Item((t.id, s), (str(t.path), t.id, s)) for t in tasks for s in range(self.params.profiling.seeds)]
+
+    def redo(self, record: dict[str, Any]) -> bool:
+        return record.get("exit_reason") == "error"  # a broken sandbox or model: play it again
+
+    # --- one episode -------------------------------------------------------------------------------
+
+    def _process_resources(self):
+        """(LLM client, sandbox) of this process, built once (a model load or image build is costly)."""
+        import json
+
         from mirl.llm.client import LLMClient
+        from mirl.sandbox.select import make_sandbox
 
-        key = (self.run_dir, json.dumps(asdict(self.llm), sort_keys=True, default=str))
-        if key not in _CLIENTS:
-            _CLIENTS[key] = LLMClient(self.llm, run_dir=self.run_dir, stage=STAGE)
-        return _CLIENTS[key]
+        key = json.dumps([str(self.run.root), asdict(self.params)], sort_keys=True, default=str)
+        with _PROCESS_LOCK:
+            if key not in _PROCESS:
+                client = LLMClient(self.llm_config(), run_dir=self.run.root, stage=STAGE)
+                sandbox = self._sandbox or make_sandbox(self.params.sandbox)
+                _PROCESS[key] = (client, sandbox)
+            return _PROCESS[key]
 
-    def __call__(self) -> ProfilingHook:
-        p = self.p
-        judges = []
+    def hook(self, client) -> ProfilingHook:
+        p = self.params.profiling
+        judges: list[Any] = []
         if p.localizer in ("rules", "both"):
             judges.append(RuleLocalizer())
         if p.localizer in ("llm", "both"):
-            judges.append(LLMLocalizer(self.client()))
+            judges.append(LLMLocalizer(client))
         localizer = judges[0] if len(judges) == 1 else EitherLocalizer(judges)
-        teacher = ReferenceTeacherAdapter() if p.teacher == "reference" else LLMTeacher(self.client(), p.action_format)
-        return ProfilingHook(localizer, teacher, tries=p.teacher_tries, models=self.models)
+        teacher = (ReferenceTeacherAdapter() if p.teacher == "reference"
+                   else LLMTeacher(client, self.params.agent.action_format))
+        return ProfilingHook(localizer, teacher, tries=p.teacher_tries, models=self.role_models())
 
+    def run_item(self, payload) -> dict[str, Any]:
+        from mirl.tasks import load_task
 
-def run_profiling(p: ProfilingParams, run_dir: str | Path, tasks=None, sandbox=None, policy=None) -> dict[str, Any]:
-    """Play every missing (task, seed) episode with the hook, then rewrite error steps and summary."""
-    from mirl.agent.rollout import load_tasks
+        path, task_id, seed = payload
+        client, sandbox = self._process_resources()
+        if self._sandbox is not None:
+            sandbox = self._sandbox
+        task = next((t for t in self._tasks or [] if t.id == task_id), None) or load_task(path)
+        policy = self._policy or client.model("policy")
+        return run_episode(task, sandbox, policy, self.params.agent, seed=seed, hook=self.hook(client)).to_dict()
 
-    run_dir = Path(run_dir)
-    cfg = rollout_config(p, run_dir)
-    factory = HookFactory(p, cfg.llm, run_dir)
-    client = factory.client()
-    if tasks is None:
-        tasks = load_tasks(cfg)
-        if p.max_tasks > 0:
-            tasks = sorted(tasks, key=lambda t: t.id)[: p.max_tasks]
-    if p.teacher == "reference":
-        missing = [t.id for t in tasks if t.solution is None]
-        if missing:
-            log.warning("no reference solution for %d task(s) (%s...): flagged steps there are discarded",
-                        len(missing), ", ".join(missing[:3]))
-    run_rollouts(cfg, tasks=tasks, model=policy or client.model("policy"), sandbox=sandbox, hook_factory=factory,
-                 progress_fields=ProgressFields(run_dir))
-    return write_outputs(run_dir)
+    # --- reporting ---------------------------------------------------------------------------------
 
-
-class ProgressFields:
-    """Steps, flags per step and spend so far, for the episode progress bar."""
-
-    def __init__(self, run_dir: Path):
-        self.run_dir, self.steps, self.flags = run_dir, 0, 0
-
-    def __call__(self, traj) -> dict[str, Any]:
+    def progress(self, record: dict[str, Any]) -> dict[str, Any]:
         from mirl.llm.ledger import open_ledger
 
-        self.steps += len(traj.steps) - traj.prefix_len
-        self.flags += len(error_rows([traj.to_dict()]))
+        self.steps += len(record.get("steps", [])) - record.get("prefix_len", 0)
+        self.flags += len(error_rows([record]))
         return {"steps": self.steps, "flags/step": f"{self.flags / max(self.steps, 1):.2f}",
-                "spend": f"${open_ledger(self.run_dir).spent(STAGE):.2f}"}
+                "spend": f"${open_ledger(self.run.root).spent(STAGE):.2f}", "last": record.get("exit_reason")}
+
+    def finalize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        rows = error_rows(records)
+        atomic_write_jsonl(self.out / ERROR_STEPS, rows)
+        return summarize(records, rows)
+
+
+def run_profiling(params: Params, run_dir: str | Path, tasks=None, sandbox=None, policy=None,
+                  force: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Play every missing (task, seed) episode with the hook, then rewrite error steps and summary."""
+    return run_stage(ProfilingStage(params, run_dir, tasks=tasks, sandbox=sandbox, policy=policy),
+                     force=force, progress=progress)
 
 
 def error_rows(trajectories: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -145,7 +185,7 @@ def error_rows(trajectories: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 continue
             rows.append({
                 "env": t["task"], "seed": t["seed"], "step": index,
-                "prefix": {"file": "trajectories.jsonl", "task": t["task"], "seed": t["seed"], "steps": index},
+                "prefix": {"file": TRAJECTORIES, "task": t["task"], "seed": t["seed"], "steps": index},
                 "rejected_command": flag.get("rejected_command"), "description": flag.get("description", ""),
                 "reason": flag.get("reason", ""), "source": flag.get("source", ""),
                 "detectors": [f["source"] for f in flag.get("flags") or []],
@@ -155,29 +195,10 @@ def error_rows(trajectories: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def write_outputs(run_dir: str | Path) -> dict[str, Any]:
-    out = Path(run_dir) / STAGE
-    trajectories, _ = read_jsonl(out / "trajectories.jsonl")
-    rows = error_rows(trajectories)
-    _atomic_write(out / "error_steps.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    summary = summarize(trajectories, rows, Path(run_dir))
-    _atomic_write(out / "summary.json", json.dumps(summary, indent=2))
-    return summary
-
-
-def summarize(trajectories: list[dict[str, Any]], rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
+def summarize(trajectories: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
     steps = sum(len(t.get("steps", [])) - t.get("prefix_len", 0) for t in trajectories)
     rewards = [t["reward"] for t in trajectories if t.get("reward") is not None]
-    summary: dict[str, Any] = {
+    return {
         "episodes": len(trajectories), "environments": len({t["task"] for t in trajectories}),
         "steps": steps, "flags": len(rows), "flag_rate": round(len(rows) / steps, 4) if steps else 0.0,
         "discarded": sum(t.get("exit_reason") == "discarded" for t in trajectories),
@@ -185,24 +206,17 @@ def summarize(trajectories: list[dict[str, Any]], rows: list[dict[str, Any]], ru
         "mean_reward": round(sum(rewards) / len(rewards), 4) if rewards else None,
         "flags_by_source": dict(Counter(d for r in rows for d in (r["detectors"] or [r["source"]]))),
     }
-    ledger = run_dir / "llm_calls.jsonl"
-    if ledger.exists():
-        calls, _ = read_jsonl(ledger)
-        df = pd.DataFrame(calls)
-        if not df.empty and "role" in df:
-            df = df[df.get("stage", STAGE) == STAGE] if "stage" in df else df
-            cols = [c for c in ("input_tokens", "cached_input_tokens", "output_tokens", "cost_usd") if c in df]
-            per_role = df.groupby("role")[cols].sum()
-            per_role["calls"] = df.groupby("role").size()
-            summary["per_role"] = {r: {k: float(v) for k, v in row.items()} for r, row in per_role.iterrows()}
-    return summary
 
 
 def load_error_steps(run_dir: str | Path) -> pd.DataFrame:
-    rows, _ = read_jsonl(Path(run_dir) / STAGE / "error_steps.jsonl")
+    rows, _ = read_jsonl(RunDir(run_dir).file(STAGE, ERROR_STEPS))
     return pd.DataFrame(rows)
 
 
 def load_trajectories(run_dir: str | Path) -> list[dict[str, Any]]:
-    rows, _ = read_jsonl(Path(run_dir) / STAGE / "trajectories.jsonl")
+    rows, _ = read_jsonl(RunDir(run_dir).file(STAGE, TRAJECTORIES))
     return rows
+
+
+def as_trajectories(records: list[dict[str, Any]]) -> list[Trajectory]:
+    return [Trajectory.from_dict(r) for r in records]

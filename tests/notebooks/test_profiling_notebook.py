@@ -19,11 +19,12 @@ SECRET = "sk-test-secret-0123456789abcdef"
 def test_params_are_checked_before_any_kernel(tmp_path):
     with pytest.raises(ParamsError, match="seeds"):
         resolve_parameters(RunSpec(notebook=NOTEBOOK, params_file=REPO / "params" / "demo.yaml",
-                                   overrides={"seeds": "two"}))
-    with pytest.raises(ParamsError, match="sedes"):
-        resolve_parameters(RunSpec(notebook=NOTEBOOK, overrides={"sedes": 1}))
+                                   overrides={"profiling.seeds": "two"}))
+    with pytest.raises(ParamsError, match="profiling.sedes"):
+        resolve_parameters(RunSpec(notebook=NOTEBOOK, overrides={"profiling.sedes": 1}))
     flat, typed = resolve_parameters(RunSpec(notebook=NOTEBOOK, params_file=REPO / "params" / "paper.yaml"))
-    assert typed.seeds == 2 and typed.localizer == "llm" and flat["teacher_tries"] == 3
+    assert typed.profiling.seeds == 2 and typed.profiling.localizer == "llm" and flat["teacher_tries"] == 3
+    assert flat["models"]["localizer"]["model"] == typed.models.localizer.model
 
 
 @pytest.mark.slow
@@ -34,10 +35,12 @@ def test_notebook_with_llm_roles(tmp_path, monkeypatch):
         pytest.skip("needs the bwrap backend (`apt-get install bubblewrap`, `mirl image build`)")
     server, url = serve()
     monkeypatch.setenv("MIRL_TEST_API_KEY", SECRET)
-    overrides = dict(tasks=str(REPO / "tasks"), max_tasks=2, seeds=1, workers=1, sandbox="bwrap", max_steps=5,
-                     policy_model="openai/test-policy", policy_api_base=url, localizer="llm",
-                     localizer_model="openai/test-localizer", teacher="llm", teacher_model="openai/test-teacher",
-                     roles_api_base=url, api_key_env="MIRL_TEST_API_KEY")
+    role = {"api_base": url, "api_key_env": "MIRL_TEST_API_KEY"}
+    overrides = {"profiling.tasks": str(REPO / "tasks"), "profiling.max_tasks": 2, "profiling.seeds": 1,
+                 "profiling.workers": 1, "sandbox.backend": "bwrap", "agent.max_steps": 5,
+                 "models.policy": {"model": "openai/test-policy", **role}, "profiling.localizer": "llm",
+                 "models.localizer": {"model": "openai/test-localizer", **role}, "profiling.teacher": "llm",
+                 "models.teacher": {"model": "openai/test-teacher", **role}}
     spec = RunSpec(notebook=NOTEBOOK, run_name="llm", params_file=REPO / "params" / "demo.yaml", overrides=overrides,
                    runs_root=tmp_path / "runs", reports_root=tmp_path / "reports", cell_timeout_s=600)
     try:
@@ -51,7 +54,7 @@ def test_notebook_with_llm_roles(tmp_path, monkeypatch):
     assert all(e["source"] == "llm:openai/test-localizer" and e["correction"] == "ls -la" for e in errors)
     summary = json.loads((run / "profiling" / "summary.json").read_text())
     assert summary["exit_reasons"] == {"submitted": 2}
-    assert set(summary["per_role"]) == {"policy", "localizer", "teacher"}
+    assert set(summary["llm"]) == {"policy", "localizer", "teacher"}
     assert (tmp_path / "reports" / "llm" / "profiling_overview.png").stat().st_size > 10_000
     executed = json.loads(out.read_text())
     assert not any(o.get("output_type") == "error" for c in executed["cells"] for o in c.get("outputs", []))

@@ -9,7 +9,7 @@ import pytest
 
 from mirl.llm import embedded
 from mirl.llm.ledger import read_ledger
-from mirl.profiling.config import ProfilingParams
+from mirl.params import make
 from mirl.profiling.stage import load_trajectories, run_profiling
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,14 +28,14 @@ def test_concurrent_smollm2_episodes_share_decode_batches(tmp_path):
     if not available():
         pytest.skip("bubblewrap or the base root filesystem is unavailable (`mirl image build`)")
     lm._batcher.max_rows_seen = 0
-    p = ProfilingParams(tasks="tasks", max_tasks=3, seeds=2, workers=6, sandbox="bwrap", max_steps=2,
-                        command_timeout_s=30, policy_model="local/smollm2", policy_temperature=0.7,
-                        policy_max_tokens=24)
+    p = make(profiling={"tasks": "tasks", "max_tasks": 3, "seeds": 2, "workers": 6}, sandbox={"backend": "bwrap"},
+             agent={"max_steps": 2, "command_timeout_s": 30},
+             models={"policy": {"model": "local/smollm2", "temperature": 0.7, "max_tokens": 24}})
     summary = run_profiling(p, tmp_path)
     assert summary["episodes"] == 6 and summary["environments"] == 3
     trajectories = load_trajectories(tmp_path)
     assert len(trajectories) == 6 and all(t["exit_reason"] in ("submitted", "step_limit") for t in trajectories)
     assert lm._batcher.max_rows_seen >= 2  # episodes' requests were decoded together
     calls = read_ledger(tmp_path)
-    assert len(calls) == summary["per_role"]["policy"]["calls"] and (calls["output_tokens"] <= 24).all()
+    assert len(calls) == summary["llm"]["policy"]["calls"] and (calls["output_tokens"] <= 24).all()
     assert summary["steps"] >= 6

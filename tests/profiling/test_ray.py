@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mirl.profiling.config import ProfilingParams
+from mirl.params import make
 from mirl.profiling.stage import load_trajectories, run_profiling
 from tests.fakes.openai_server import serve
 
@@ -24,9 +24,9 @@ def test_profiling_on_a_local_ray_cluster(tmp_path, monkeypatch):
         pytest.skip("needs the bwrap backend (`apt-get install bubblewrap`, `mirl image build`)")
     server, url = serve()
     monkeypatch.setenv("MIRL_TEST_API_KEY", "sk-ray-test-000000000")
-    p = ProfilingParams(tasks=str(REPO / "tasks"), max_tasks=2, seeds=2, workers=2, ray_address="local",
-                        sandbox="bwrap", max_steps=5, policy_model="openai/test-policy", policy_api_base=url,
-                        api_key_env="MIRL_TEST_API_KEY")
+    p = make(profiling={"tasks": str(REPO / "tasks"), "max_tasks": 2, "seeds": 2, "workers": 2, "ray_address": "local"},
+             sandbox={"backend": "bwrap"}, agent={"max_steps": 5},
+             models={"policy": {"model": "openai/test-policy", "api_base": url, "api_key_env": "MIRL_TEST_API_KEY"}})
     try:
         summary = run_profiling(p, tmp_path)
         assert ray.is_initialized()

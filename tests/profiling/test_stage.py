@@ -11,10 +11,11 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from agent_doubles import FakeSandbox
 
 from mirl.llm.scripted import ScriptedModel
-from mirl.profiling.config import ProfilingParams
+from mirl.params import make
 from mirl.profiling.stage import load_error_steps, run_profiling
 from mirl.tasks import load_task
 
@@ -29,7 +30,7 @@ def tasks():
 
 
 def test_stage_outputs(tmp_path):
-    p = ProfilingParams(seeds=2, workers=2, max_steps=6)
+    p = make(profiling={"seeds": 2, "workers": 2}, agent={"max_steps": 6})
     summary = run_profiling(p, tmp_path, tasks=tasks(), sandbox=FakeSandbox(),
                             policy=ScriptedModel(REPLIES, cycle=True))
     assert summary["episodes"] == 6 and summary["environments"] == 3
@@ -48,11 +49,11 @@ KILL_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {doubles!r})
     from agent_doubles import FakeSandbox
     from mirl.llm.scripted import ScriptedModel
-    from mirl.profiling.config import ProfilingParams
+    from mirl.params import make
     from mirl.profiling.stage import run_profiling
     from mirl.tasks import find_tasks, load_task
     tasks = [load_task(p) for p in find_tasks({tasks!r})][:6]
-    p = ProfilingParams(seeds=2, workers=1, max_steps=6)
+    p = make(profiling={{"seeds": 2, "workers": 1}}, agent={{"max_steps": 6}})
     run_profiling(p, {run!r}, tasks=tasks, sandbox=FakeSandbox(delay_s={delay}),
                   policy=ScriptedModel({replies!r}, cycle=True))
 """)
@@ -92,10 +93,28 @@ def test_resume_after_kill_loses_and_duplicates_nothing(tmp_path):
 
 def test_progress_fields_count_steps_flags_and_spend(tmp_path):
     from mirl.agent.trajectory import Step, Trajectory
-    from mirl.profiling.stage import ProgressFields
+    from mirl.profiling.stage import ProfilingStage
 
     flagged = Step("", "ls", "", 0, source="teacher", meta={"flag": {"rejected_command": None, "reason": "r"}})
-    fields = ProgressFields(tmp_path)
-    fields(Trajectory(task="a", seed=0, models={}, steps=[Step("", "pwd", "/", 0), flagged]))
-    out = fields(Trajectory(task="b", seed=0, models={}, steps=[Step("", "x", "", 0), Step("", "y", "", 0)], prefix_len=1))
+    stage = ProfilingStage(make(), tmp_path)
+    stage.progress(Trajectory(task="a", seed=0, models={}, steps=[Step("", "pwd", "/", 0), flagged]).to_dict())
+    out = stage.progress(Trajectory(task="b", seed=0, models={}, steps=[Step("", "x", "", 0), Step("", "y", "", 0)],
+                                    prefix_len=1).to_dict())
     assert out["steps"] == 3 and out["flags/step"] == "0.33" and out["spend"] == "$0.00"
+
+
+def test_resuming_with_another_policy_setting_is_refused(tmp_path):
+    from mirl.runner import ParamsMismatch
+
+    def run(temperature, **kw):
+        p = make(profiling={"seeds": 1, "workers": 1}, agent={"max_steps": 3},
+                 models={"policy": {"temperature": temperature}})
+        return run_profiling(p, tmp_path, tasks=tasks()[:1], sandbox=FakeSandbox(),
+                             policy=ScriptedModel(REPLIES, cycle=True), progress=False, **kw)
+
+    run(0.5)
+    before = (tmp_path / "profiling" / "trajectories.jsonl").read_text()
+    with pytest.raises(ParamsMismatch, match=r"models\.policy\.temperature: 0\.5 -> 0\.9"):
+        run(0.9)
+    assert (tmp_path / "profiling" / "trajectories.jsonl").read_text() == before
+    assert run(0.9, force=True)["new"] == 1

@@ -1,0 +1,162 @@
+"""One params file for the whole pipeline: shared sections, then one section per stage.
+
+    models:     every LLM role (policy, localizer, teacher, annotator, behavior_judge, rubric_writer,
+                rubric_judge, step_judge: model, api_base, api_key_env, temperature, top_p, max_tokens,
+                ...), plus cache, retries, prices and the run's budget  (`mirl.llm.config.LLMConfig`)
+    sandbox:    how sandboxes are made                                  (`mirl.sandbox.base.SandboxConfig`)
+    agent:      action format, step and time limits                     (`mirl.agent.config.AgentConfig`)
+    profiling:  stage 01's own settings                                 (`mirl.profiling.config.ProfilingParams`)
+
+`mirl run`, `mirl rollout` and `mirl batch` read the same file. Overrides name their section:
+`-p profiling.max_tasks=3`, `-p models.policy.temperature=1.0`. An unknown section or key, a wrong
+type, or a budget for a stage that does not exist is an error naming it (and the file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mirl.agent.config import AgentConfig
+from mirl.config import ParamsError, build
+from mirl.llm.config import LLMConfig
+from mirl.profiling.config import ProfilingParams
+from mirl.sandbox.base import SandboxConfig
+
+SHARED = ("models", "sandbox", "agent")
+
+
+@dataclass
+class Params:
+    """Everything a run is made from; each stage reads the shared sections and its own."""
+
+    models: LLMConfig = field(default_factory=LLMConfig, metadata={"help": "LLM roles, cache, retries, prices, budget"})
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig, metadata={"help": "how sandboxes are made"})
+    agent: AgentConfig = field(default_factory=AgentConfig, metadata={"help": "the agent loop's format and limits"})
+    profiling: ProfilingParams = field(default_factory=ProfilingParams, metadata={"help": "stage 01: error profiling"})
+
+
+def sections() -> list[str]:
+    return [f.name for f in dataclasses.fields(Params)]
+
+
+def stage_sections() -> list[str]:
+    return [s for s in sections() if s not in SHARED]
+
+
+def section_class(name: str) -> type:
+    for f in dataclasses.fields(Params):
+        if f.name == name:
+            return f.default_factory  # type: ignore[return-value]
+    raise ParamsError(f"no params section {name!r}; sections: {', '.join(sections())}")
+
+
+# --- overrides -------------------------------------------------------------------------------------
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`SECTION.KEY=VALUE` pairs (VALUE read as YAML, so numbers, booleans and lists keep their type)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ParamsError(f"override {pair!r} must look like SECTION.KEY=VALUE")
+        try:
+            out[key] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError:
+            out[key] = value
+    return out
+
+
+def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Set each dotted key in a nested mapping (a copy); a key without its section is an error."""
+    import copy
+
+    values = copy.deepcopy(values)
+    for dotted, value in overrides.items():
+        parts = dotted.split(".")
+        if len(parts) < 2 or parts[0] not in sections():
+            hint = next((f"{s}.{dotted}" for s in stage_sections() + list(SHARED)
+                         if parts[0] in {f.name for f in dataclasses.fields(section_class(s))}), None)
+            raise ParamsError(f"override {dotted!r} must name its section (one of {', '.join(sections())})"
+                              + (f", e.g. {hint}" if hint else ""))
+        node = values
+        for i, part in enumerate(parts[:-1]):
+            nxt = node.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise ParamsError(f"override {dotted!r}: {'.'.join(parts[:i + 1])} is not a section")
+            node = nxt
+        node[parts[-1]] = value
+    return values
+
+
+# --- loading ---------------------------------------------------------------------------------------
+
+
+def read_file(path: str | Path | None) -> dict[str, Any]:
+    """The raw sections of a params YAML (empty without a file); not yet validated."""
+    if path is None or str(path) == "":
+        return {}
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: no such params file") from None
+    except yaml.YAMLError as e:
+        raise ParamsError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ParamsError(f"{path}: must be a mapping of section names ({', '.join(sections())}) to settings")
+    return data
+
+
+def from_values(values: dict[str, Any], source: str = "params") -> Params:
+    """Validate nested section values into `Params`; errors name the source and the dotted key."""
+    for name, section in values.items():
+        if section is not None and not isinstance(section, dict):
+            raise ParamsError(f"{source}: section {name!r} must be a mapping, got {type(section).__name__}")
+    values = {k: (v or {}) for k, v in values.items()}
+    unknown = sorted(set(values) - set(sections()))
+    if unknown:
+        raise ParamsError(f"{source}: unknown section(s) {', '.join(unknown)}; sections: {', '.join(sections())}")
+    try:
+        params = build(Params, values)
+    except ParamsError as e:
+        raise ParamsError(f"{source}: {e}") from None
+    bad = sorted(set(params.models.stage_budget_usd) - set(stage_sections()))
+    if bad:
+        raise ParamsError(f"{source}: models.stage_budget_usd names no stage: {', '.join(bad)}; "
+                          f"stages: {', '.join(stage_sections())}")
+    return params
+
+
+def load(path: str | Path | None = None, overrides: dict[str, Any] | list[str] | None = None) -> Params:
+    """The pipeline's params from a YAML file (optional) and `SECTION.KEY` overrides."""
+    if isinstance(overrides, list):
+        overrides = parse_overrides(overrides)
+    values = apply_overrides(read_file(path), overrides or {})
+    source = str(path) if path else "params"
+    return from_values(values, source)
+
+
+def make(**sections_values: dict[str, Any]) -> Params:
+    """`Params` from keyword sections, e.g. `make(profiling={"seeds": 1}, agent={"max_steps": 3})`."""
+    return from_values(dict(sections_values))
+
+
+def to_dict(params: Params) -> dict[str, Any]:
+    return dataclasses.asdict(params)
+
+
+def stage_budgets(params: Params) -> dict[str, float]:
+    """Each stage's budget (its section's `budget_usd`, else `models.stage_budget_usd`); 0 = no cap."""
+    out = dict(params.models.stage_budget_usd)
+    for name in stage_sections():
+        cap = float(getattr(getattr(params, name), "budget_usd", 0.0) or 0.0)
+        if cap > 0:
+            out[name] = cap
+    return out

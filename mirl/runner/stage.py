@@ -1,0 +1,280 @@
+"""The common stage runner: what every stage would otherwise rewrite, written once.
+
+A stage declares what it is and how its work splits; the runner does the rest:
+
+    class MyStage(Stage):
+        name = "taxonomy"                        # params section and directory runs/<run>/taxonomy
+        records = "labels.jsonl"                 # one record per finished item: the resume point
+        key_fields = ("error_id",)               # the fields of a record that make its item key
+        reads = ("profiling",)                   # earlier stages whose outputs it needs
+
+        def fingerprint(self): ...               # the params its results depend on (nested dict)
+        def plan(self): ...                      # -> [Item(key, payload), ...]
+        def run_item(self, payload): ...         # -> the item's record (a dict with key_fields)
+        def finalize(self, records): ...         # derived files; -> extra summary fields
+
+    summary = run_stage(MyStage(params, "runs/demo"))
+
+The runner owns: the run directory layout (`mirl.runner.layout`), the params fingerprint check
+(`mirl.runner.fingerprint`), resume by item key (finished items are skipped, records a stage asks
+to redo are removed first, an item is never written twice, a torn last line from a kill is cut),
+local threads or Ray through one loop that keeps `workers` items in flight, the progress bar with
+the stage's own fields, the stage budget (no new item once the stage's LLM spend reaches it; an item
+stopped by it stays unfinished for the next run), atomic rewrites, and `summary.json` with the
+ledger summary of the stage's LLM calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from mirl.jsonl import JsonlWriter, read_jsonl
+from mirl.llm.errors import BudgetExceeded
+from mirl.runner.executor import make_executor
+from mirl.runner.fingerprint import check_or_store, stored_digest
+from mirl.runner.layout import RunDir, atomic_write_json, atomic_write_jsonl
+
+log = logging.getLogger(__name__)
+
+
+class StageError(RuntimeError):
+    """A stage that cannot run as asked (missing inputs, bad plan); the message says what to do."""
+
+
+class StopStage(Exception):
+    """Raised by `run_item` to stop the whole stage cleanly (e.g. a budget); the item stays unfinished."""
+
+
+@dataclass
+class Item:
+    key: tuple
+    payload: Any
+
+
+class Stage:
+    """Base class of every stage; see the module docstring for what a stage declares."""
+
+    name: ClassVar[str] = ""
+    directory: ClassVar[str | None] = None  # None: the stage's name; "": the run directory itself
+    records: ClassVar[str] = "records.jsonl"
+    key_fields: ClassVar[tuple[str, ...]] = ()
+    reads: ClassVar[tuple[str, ...]] = ()
+    derived: ClassVar[tuple[str, ...]] = ()  # files `finalize` writes (removed with --force)
+
+    def __init__(self, params: Any, run_dir: Any):
+        self.params = params
+        self.run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+
+    # --- what a stage declares ---------------------------------------------------------------
+
+    def fingerprint(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def plan(self) -> list[Item]:
+        raise NotImplementedError
+
+    def run_item(self, payload: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def redo(self, record: dict[str, Any]) -> bool:
+        """True for a stored record whose item should run again (e.g. an infrastructure error)."""
+        return False
+
+    def progress(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Fields for the progress bar after `record` was written."""
+        return {}
+
+    def finalize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """Write derived outputs from all records; return extra summary fields."""
+        return {}
+
+    # --- settings the runner reads from the stage's params section, when it has them ----------
+
+    @property
+    def section(self) -> Any:
+        return getattr(self.params, self.name, None) if self.name else None
+
+    @property
+    def workers(self) -> int:
+        return int(getattr(self.section, "workers", 1) or 1)
+
+    @property
+    def ray_address(self) -> str:
+        return str(getattr(self.section, "ray_address", "") or "")
+
+    @property
+    def budget_usd(self) -> float:
+        return float(getattr(self.section, "budget_usd", 0.0) or 0.0)
+
+    # --- paths -------------------------------------------------------------------------------
+
+    @property
+    def dir_name(self) -> str:
+        return self.name if self.directory is None else self.directory
+
+    @property
+    def out(self):
+        return self.run.stage_dir(self.dir_name)
+
+    @property
+    def records_path(self):
+        return self.out / self.records
+
+    def key(self, record: dict[str, Any]) -> tuple:
+        return tuple(record.get(f) for f in self.key_fields)
+
+    def load_records(self) -> list[dict[str, Any]]:
+        records, _ = read_jsonl(self.records_path)
+        return records
+
+
+def _read_for_resume(stage: Stage) -> list[dict[str, Any]]:
+    """The stored records, after removing those the stage wants redone and any duplicate keys."""
+    records, report = read_jsonl(stage.records_path)
+    if report.torn_tail:
+        log.warning("%s: the last record was cut off by a kill; its item runs again", stage.records_path)
+    keep, seen = [], set()
+    for r in records:
+        k = stage.key(r)
+        if k in seen or stage.redo(r):
+            continue
+        seen.add(k)
+        keep.append(r)
+    if len(keep) != len(records):
+        log.info("%s: %d record(s) will be redone", stage.records_path, len(records) - len(keep))
+        atomic_write_jsonl(stage.records_path, keep)
+    return keep
+
+
+def check_inputs(stage: Stage) -> dict[str, str | None]:
+    """The digests of the stages this one reads; an error naming the stage that has not run yet."""
+    digests = {}
+    for name in stage.reads:
+        summary = stage.run.read_summary(name)
+        if summary is None:
+            raise StageError(f"stage {stage.name!r} reads the outputs of {name!r}, which has not run in "
+                             f"{stage.run.root} (run it first, e.g. `mirl batch --to {name}`)")
+        digests[name] = stored_digest(stage.run.params(name))
+    return digests
+
+
+def run_stage(stage: Stage, force: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Run every unfinished item of `stage`, then finalize it; returns (and stores) its summary."""
+    t0 = time.time()
+    run = stage.run
+    if force:
+        run.clear_stage(stage.dir_name, [stage.records, *stage.derived])
+    stage.out.mkdir(parents=True, exist_ok=True)
+    fingerprint = dict(stage.fingerprint())
+    inputs = check_inputs(stage)
+    if inputs:
+        fingerprint["inputs"] = inputs
+    has_outputs = stage.records_path.exists() or run.summary(stage.dir_name).exists()
+    digest = check_or_store(run.params(stage.dir_name), fingerprint, run=run.name, stage=stage.name or "rollout",
+                            has_outputs=has_outputs, params=_params_dict(stage.params))
+    done = _read_for_resume(stage)
+    done_keys = {stage.key(r) for r in done}
+    items = stage.plan()
+    keys = [i.key for i in items]
+    if len(set(keys)) != len(keys):
+        raise StageError(f"stage {stage.name!r} planned the same item key twice")
+    pending = [i for i in items if i.key not in done_keys]
+    stopped, lost, new = _loop(stage, pending, progress)
+    records = stage.load_records()  # records to redo stay visible until the next run replays them
+    summary: dict[str, Any] = {
+        "stage": stage.name, "run": run.name, "digest": digest, "planned": len(items),
+        "skipped": len(items) - len(pending), "new": new, "lost": lost,
+        "done": len({stage.key(r) for r in records} & set(keys)), "stopped": stopped,
+        "elapsed_s": round(time.time() - t0, 3),
+    }
+    summary["complete"] = summary["done"] == summary["planned"] and not stopped
+    summary.update(stage.finalize(records))
+    summary["llm"] = ledger_summary(run, stage.name)
+    atomic_write_json(run.summary(stage.dir_name), summary)
+    return summary
+
+
+def _loop(stage: Stage, pending: list[Item], show: bool) -> tuple[str | None, int, int]:
+    """Keep `workers` items in flight; write each finished record; stop submitting on a budget stop."""
+    if not pending:
+        return None, 0, 0
+    from tqdm.auto import tqdm
+
+    from mirl.llm.ledger import open_ledger
+
+    ledger = open_ledger(stage.run.root)
+    executor = make_executor(stage.workers, stage.ray_address)
+    width = executor.width
+    queue = list(reversed(pending))
+    inflight: dict[Future, Item] = {}
+    stopped: str | None = None
+    lost = new = 0
+    bar = tqdm(total=len(pending), disable=not show, desc=stage.name or "items", unit="item")
+    try:
+        with JsonlWriter(stage.records_path) as writer:
+            while queue or inflight:
+                while queue and len(inflight) < width and stopped is None:
+                    cap = stage.budget_usd
+                    if cap > 0 and ledger.spent(stage.name) >= cap:
+                        stopped = f"budget: stage {stage.name!r} spent ${ledger.spent(stage.name):.4f} of ${cap:.4f}"
+                        break
+                    item = queue.pop()
+                    inflight[executor.submit(stage, item.payload)] = item
+                if not inflight:
+                    break
+                finished, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    item = inflight.pop(fut)
+                    try:
+                        record = fut.result()
+                    except (BudgetExceeded, StopStage) as e:
+                        stopped = stopped or f"{type(e).__name__}: {e}"
+                        continue
+                    except Exception as e:  # noqa: BLE001 - a lost item stays unfinished for the next run
+                        lost += 1
+                        log.error("%s item %s was lost: %s: %s", stage.name, item.key, type(e).__name__, e)
+                        bar.update(1)
+                        continue
+                    if stage.key(record) != item.key:
+                        raise StageError(f"stage {stage.name!r}: item {item.key} returned a record keyed "
+                                         f"{stage.key(record)}")
+                    writer.append(record)
+                    new += 1
+                    bar.update(1)
+                    bar.set_postfix(stage.progress(record), refresh=False)
+    finally:
+        bar.close()
+        executor.shutdown()
+    if stopped:
+        log.warning("%s stopped: %s (%d item(s) left for the next run)", stage.name, stopped,
+                    len(queue) + len(inflight))
+    return stopped, lost, new
+
+
+def ledger_summary(run: RunDir, stage: str) -> dict[str, dict[str, float]]:
+    """Calls, cache hits, errors, tokens (input, cached input, output) and cost per role of one stage."""
+    from mirl.llm.ledger import summarize
+
+    if not run.ledger.exists():
+        return {}
+    df = summarize(run.root, by=("stage", "role"))
+    if df.empty:
+        return {}
+    df = df[df["stage"] == stage]
+    cols = ["calls", "cache_hits", "errors", "input_tokens", "cached_input_tokens", "output_tokens", "cost_usd"]
+    return {str(r["role"]): {c: float(r[c]) for c in cols} for _, r in df.iterrows()}
+
+
+def _params_dict(params: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(params) if dataclasses.is_dataclass(params) else {}
+
+
+def keyed(items: Iterable[tuple[tuple, Any]]) -> list[Item]:
+    return [Item(k, p) for k, p in items]

@@ -1,0 +1,118 @@
+"""One params file for the pipeline: sections, dotted overrides, errors that name the key and the file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mirl import params as pipeline
+from mirl.config import ParamsError
+from mirl.notebook import parameters_cell, parameters_source, sync_parameters_cell
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+
+
+def test_bundled_params_files_load_whole():
+    demo = pipeline.load(REPO / "params" / "demo.yaml")
+    assert demo.models.policy.model == "local/smollm2" and demo.models.policy.max_tokens == 64
+    assert demo.agent.max_steps == 4 and demo.profiling.workers == 16 and demo.sandbox.backend == "auto"
+    paper = pipeline.load(REPO / "params" / "paper.yaml")
+    assert paper.agent.action_format == "tool" and paper.models.localizer.api_key_env == "VLLM_API_KEY"
+    assert paper.profiling.localizer == "llm" and paper.models.policy.temperature == 1.0
+
+
+def test_overrides_name_their_section_and_keep_types():
+    p = pipeline.load(REPO / "params" / "demo.yaml",
+                      ["profiling.max_tasks=3", "models.policy.temperature=1.0", "agent.action_format=tool",
+                       "models.teacher.model=hosted_vllm/x", "sandbox.backend=bwrap"])
+    assert p.profiling.max_tasks == 3 and p.models.policy.temperature == 1.0 and p.agent.action_format == "tool"
+    assert p.models.teacher.model == "hosted_vllm/x" and p.sandbox.backend == "bwrap"
+    assert p.models.policy.max_tokens == 64  # the file's other values stay
+
+
+@pytest.mark.parametrize("override, named", [
+    ("profiling.max_taskz=3", "profiling.max_taskz"),
+    ("models.policy.temprature=1", "models.policy.temprature"),
+    ("taxonomi.threshold=0.01", "taxonomi"),
+    ("profiling.seeds=many", "profiling.seeds"),
+    ("agent.action_format=json", "agent.action_format"),
+    ("max_tasks=3", "profiling.max_tasks"),  # no section: the error suggests the right one
+    ("models.stage_budget_usd={profile: 5}", "profile"),  # a budget for a stage that does not exist
+])
+def test_bad_overrides_are_errors_naming_the_key(override, named):
+    with pytest.raises(ParamsError) as e:
+        pipeline.load(REPO / "params" / "demo.yaml", [override])
+    assert named in str(e.value)
+
+
+def test_errors_name_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("profiling:\n  seeds: two\n")
+    with pytest.raises(ParamsError, match=rf"{bad}: profiling.seeds: must be an integer"):
+        pipeline.load(bad)
+    bad.write_text("- a list\n")
+    with pytest.raises(ParamsError, match=str(bad)):
+        pipeline.load(bad)
+    with pytest.raises(ParamsError, match="no such params file"):
+        pipeline.load(tmp_path / "nope.yaml")
+
+
+def test_stage_budget_comes_from_the_stage_section_under_the_stage_name():
+    from mirl.profiling.stage import STAGE, ProfilingStage
+
+    p = pipeline.make(profiling={"budget_usd": 2.5})
+    assert pipeline.stage_budgets(p) == {"profiling": 2.5}
+    assert ProfilingStage(p, "unused").llm_config().stage_budget_usd == {STAGE: 2.5}
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_parameters_cell_is_generated_from_the_params_class(notebook):
+    from mirl.notebook import notebook_meta
+
+    assert parameters_cell(notebook) == parameters_source(notebook_meta(notebook)["stage"]), (
+        f"{notebook.name}: parameters cell differs from its params class; "
+        f"run `python -m mirl.notebook --sync {notebook.relative_to(REPO)}`")
+
+
+def test_sync_rewrites_a_stale_parameters_cell(tmp_path):
+    import json
+
+    nb = json.loads(NOTEBOOKS[0].read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    cell["source"] = ["seeds = 2\n"]
+    stale = tmp_path / NOTEBOOKS[0].name
+    stale.write_text(json.dumps(nb))
+    assert sync_parameters_cell(stale) is True
+    assert parameters_cell(stale) == parameters_source("profiling")
+    assert sync_parameters_cell(stale) is False
+
+
+def test_notebook_params_rebuild_the_same_typed_object():
+    from mirl.notebook import RunSpec, notebook_params, resolve_parameters
+
+    spec = RunSpec(notebook=NOTEBOOKS[0], params_file=REPO / "params" / "demo.yaml",
+                   overrides={"profiling.seeds": 1, "models.policy.temperature": 0.2})
+    flat, typed = resolve_parameters(spec)
+    assert flat["seeds"] == 1 and flat["models"]["policy"]["temperature"] == 0.2
+    assert notebook_params(flat, "profiling") == typed
+
+
+def cli(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "mirl", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_cli_rejects_bad_overrides_naming_the_key(tmp_path):
+    r = cli("run", "notebooks/01_profiling.ipynb", "--params", "params/demo.yaml", "--check",
+            "-p", "profiling.sedes=1")
+    assert r.returncode == 2 and "profiling.sedes" in r.stderr
+    r = cli("run", "notebooks/01_profiling.ipynb", "--params", "params/demo.yaml", "--check",
+            "-p", "profiling.seeds=1", "-p", "models.policy.temperature=1.0")
+    assert r.returncode == 0, r.stderr
+    r = cli("rollout", "--params", "params/demo.yaml", "--tasks", "tasks/count-lines", "--out", str(tmp_path),
+            "-p", "agent.max_stepz=2")
+    assert r.returncode == 2 and "agent.max_stepz" in r.stderr
