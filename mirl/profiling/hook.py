@@ -10,8 +10,8 @@ from __future__ import annotations
 from mirl.agent.config import SUBMIT_MARKER
 from mirl.agent.hooks import Discard, StepContext
 from mirl.agent.trajectory import Step
-from mirl.profiling.localizer import Localizer
-from mirl.profiling.teacher import Teacher
+from mirl.roles.localizer import Localizer
+from mirl.roles.teacher import Teacher
 
 
 class ProfilingHook:

@@ -27,8 +27,8 @@ from mirl.jsonl import read_jsonl
 from mirl.llm.config import LLMConfig
 from mirl.params import Params, stage_budgets
 from mirl.profiling.hook import ProfilingHook, flag_of
-from mirl.profiling.localizer import EitherLocalizer, LLMLocalizer, RuleLocalizer
-from mirl.profiling.teacher import LLMTeacher, ReferenceTeacherAdapter
+from mirl.roles.localizer import EitherLocalizer, LLMLocalizer, RuleLocalizer
+from mirl.roles.teacher import LLMTeacher, ReferenceTeacherAdapter
 from mirl.runner.layout import RunDir, atomic_write_jsonl
 from mirl.runner.stage import Item, Stage, run_stage
 from mirl.tasks import Task

@@ -1,1 +1,10 @@
-"""Judge and helper roles that run offline: reference-solution teacher and friends."""
+"""The roles that judge, correct and label an agent's steps, each with its prompts and JSON schema,
+online (an LLM through `mirl.llm.client`) and offline variants side by side:
+
+- `localizer`: judge one proposed step from what the agent saw (rule detectors | LLM | both);
+- `teacher`: write a corrected step from the same prefix (reference-solution replay | LLM);
+- `reference_teacher`: the offline teacher's replay of a task's `solution/solve.sh`;
+- `prompts`: the localizer's and teacher's prompts, in our words, with the paper's inputs and outputs.
+
+Later roles (annotator, behavior judge, rubric writer and judge, step-equivalence judge) live here too.
+"""

@@ -8,7 +8,7 @@ from mirl.agent.config import SUBMIT_MARKER, AgentConfig
 from mirl.agent.hooks import Discard, StepContext
 from mirl.agent.trajectory import Step
 from mirl.profiling.hook import ProfilingHook
-from mirl.profiling.localizer import Verdict
+from mirl.roles.localizer import Verdict
 
 
 class BadIf:

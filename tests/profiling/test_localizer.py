@@ -12,7 +12,7 @@ from mirl.llm.client import LLMClient
 from mirl.llm.config import LLMConfig, RoleConfig
 from mirl.llm.errors import LLMError
 from mirl.llm.scripted import ScriptedModel, register, unregister
-from mirl.profiling.localizer import EitherLocalizer, LLMLocalizer, RuleLocalizer
+from mirl.roles.localizer import EitherLocalizer, LLMLocalizer, RuleLocalizer
 
 
 def test_rules_flag_retry_after_failure(tmp_path):

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from mirl.agent.parse import parse_reply
 from mirl.agent.trajectory import Step
-from mirl.profiling import prompts
+from mirl.roles import prompts
 from mirl.tasks import Task
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mirl.agent.trajectory import Step, Trajectory
-from mirl.profiling import prompts
+from mirl.roles import prompts
 from mirl.tasks import Task
 
 LOCALIZER_SCHEMA = {
