@@ -89,8 +89,8 @@ def _base(task) -> str:
 
 def _run(args) -> int:
     from mirl.sandbox import SandboxConfig, SandboxError, make_sandbox
+    from mirl.sandbox.trivial import run_trivial
     from mirl.tasks import TaskInvalid, load_task
-    from mirl.tasks.runner import run_trivial
 
     found, missing = _paths(args.paths)
     if missing or not found:

@@ -81,7 +81,7 @@ class LLMClient:
     def _cache_dir(self) -> Path:
         d = self.config.cache_dir
         if d == "user":
-            from mirl.sandbox.base import user_cache_dir
+            from mirl.paths import user_cache_dir
 
             return Path(user_cache_dir()) / "llm_cache"
         return Path(d).expanduser() if d else self.run_dir / "llm_cache"

@@ -331,7 +331,7 @@ def generation_to_completions(engine: Any, messages: list[dict[str, Any]], n: in
 
 def converted_dir(gguf: Path) -> Path:
     """Where the plain-checkpoint copy of a .gguf lives (named by file name, size and mtime)."""
-    from mirl.sandbox.base import user_cache_dir
+    from mirl.paths import user_cache_dir
 
     st = gguf.stat()
     return Path(user_cache_dir()) / "models" / f"{gguf.stem}-{st.st_size}-{st.st_mtime_ns}"

@@ -37,10 +37,10 @@ Details every backend keeps the same way:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from mirl.paths import user_cache_dir  # noqa: F401  (re-exported: the sandbox modules' cache root)
 from mirl.tasks import Task
 
 DEFAULT_COMMAND_TIMEOUT_S = 120.0
@@ -175,7 +175,3 @@ def parse_reward(reward_txt: str | None, reward_json: str | None) -> tuple[float
         return 0.0, f"reward.json has no numeric reward: {reward_json.strip()[:80]!r}"
     return 0.0, "no reward file written to /logs/verifier (reward.txt or reward.json)"
 
-
-def user_cache_dir() -> str:
-    """Where built images and root filesystems live: $MIRL_CACHE or ~/.cache/mirl."""
-    return os.environ.get("MIRL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "mirl")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mirl.tasks import find_tasks, load_task
-from mirl.tasks.runner import run_trivial
+from mirl.sandbox.trivial import run_trivial
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = find_tasks(REPO / "tasks")

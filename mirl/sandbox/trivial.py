@@ -1,4 +1,4 @@
-"""Run a task with a trivial agent: `oracle` (the reference solution) or `noop` (nothing).
+"""Run a task in a sandbox with a trivial agent: `oracle` (the reference solution) or `noop` (nothing).
 
 This is where tasks and sandboxes meet: oracle = 1 and noop = 0 is the proof that a task and a
 backend are both right.
