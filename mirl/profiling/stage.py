@@ -27,6 +27,8 @@ from mirl.jsonl import read_jsonl
 from mirl.llm.config import LLMConfig
 from mirl.params import Params, stage_budgets
 from mirl.profiling.hook import ProfilingHook, flag_of
+from mirl.records.error_step import ErrorStep
+from mirl.records.loaders import ERROR_STEPS
 from mirl.roles.localizer import EitherLocalizer, LLMLocalizer, RuleLocalizer
 from mirl.roles.teacher import LLMTeacher, ReferenceTeacherAdapter
 from mirl.runner.layout import RunDir, atomic_write_jsonl
@@ -36,7 +38,6 @@ from mirl.tasks import Task
 log = logging.getLogger(__name__)
 STAGE = "profiling"
 TRAJECTORIES = "trajectories.jsonl"
-ERROR_STEPS = "error_steps.jsonl"
 
 _PROCESS: dict[str, Any] = {}  # per-process LLM client and sandbox, keyed by run and params
 _PROCESS_LOCK = threading.Lock()
@@ -183,15 +184,15 @@ def error_rows(trajectories: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for index, flag in found:
             if not flag:
                 continue
-            rows.append({
-                "env": t["task"], "seed": t["seed"], "step": index,
-                "prefix": {"file": TRAJECTORIES, "task": t["task"], "seed": t["seed"], "steps": index},
-                "rejected_command": flag.get("rejected_command"), "description": flag.get("description", ""),
-                "reason": flag.get("reason", ""), "source": flag.get("source", ""),
-                "detectors": [f["source"] for f in flag.get("flags") or []],
-                "correction": flag.get("correction"), "outcome": "corrected" if flag.get("correction") else "discarded",
-                "attempts": len(flag.get("attempts") or []),
-            })
+            rows.append(ErrorStep(
+                env=t["task"], seed=t["seed"], step=index,
+                prefix={"file": TRAJECTORIES, "task": t["task"], "seed": t["seed"], "steps": index},
+                rejected_command=flag.get("rejected_command"), description=flag.get("description", ""),
+                reason=flag.get("reason", ""), source=flag.get("source", ""),
+                detectors=[f["source"] for f in flag.get("flags") or []],
+                correction=flag.get("correction"), outcome="corrected" if flag.get("correction") else "discarded",
+                attempts=len(flag.get("attempts") or []),
+            ).to_dict())
     return rows
 
 
