@@ -6,6 +6,7 @@
     sandbox:    how sandboxes are made                                  (`mirl.sandbox.base.SandboxConfig`)
     agent:      action format, step and time limits                     (`mirl.agent.config.AgentConfig`)
     profiling:  stage 01's own settings                                 (`mirl.profiling.config.ProfilingParams`)
+    taxonomy:   stage 02's own settings                                 (`mirl.taxonomy.config.TaxonomyParams`)
 
 `mirl run`, `mirl rollout` and `mirl batch` read the same file. Overrides name their section:
 `-p profiling.max_tasks=3`, `-p models.policy.temperature=1.0`. An unknown section or key, a wrong
@@ -26,6 +27,7 @@ from mirl.config import ParamsError, build
 from mirl.llm.config import LLMConfig
 from mirl.profiling.config import ProfilingParams
 from mirl.sandbox.base import SandboxConfig
+from mirl.taxonomy.config import TaxonomyParams
 
 SHARED = ("models", "sandbox", "agent")
 
@@ -38,6 +40,7 @@ class Params:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig, metadata={"help": "how sandboxes are made"})
     agent: AgentConfig = field(default_factory=AgentConfig, metadata={"help": "the agent loop's format and limits"})
     profiling: ProfilingParams = field(default_factory=ProfilingParams, metadata={"help": "stage 01: error profiling"})
+    taxonomy: TaxonomyParams = field(default_factory=TaxonomyParams, metadata={"help": "stage 02: error taxonomy"})
 
 
 def sections() -> list[str]:

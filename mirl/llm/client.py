@@ -141,15 +141,16 @@ class LLMClient:
         return out
 
     def complete_json(self, role: str, messages: list[Message], schema: dict[str, Any], tries: int | None = None,
-                      sample_index: int = 0, **sampling: Any) -> Any:
+                      sample_index: int = 0, check: Callable[[Any], list[str]] | None = None, **sampling: Any) -> Any:
         """The reply's (last) JSON value, validated against `schema`.
 
         An invalid reply is re-asked with the error appended (same sample index, so reruns hit the
         cache), at most `tries` asks in all; then the failure is recorded and `LLMError(kind=
-        "invalid_json")` raised.
+        "invalid_json")` raised. `check(value) -> [problems]` adds rules a schema cannot express.
         """
         [c] = self.complete(role, messages, n=1, sample_offset=sample_index, **sampling)
-        return self._validated(role, messages, schema, c, tries=tries or self.config.json_tries, **sampling).parsed
+        return self._validated(role, messages, schema, c, tries=tries or self.config.json_tries, check=check,
+                               **sampling).parsed
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -165,13 +166,13 @@ class LLMClient:
         return {k: v for k, v in params.items() if v is not None}
 
     def _validated(self, role: str, messages: list[Message], schema: dict[str, Any], first: Completion,
-                   tries: int, **sampling: Any) -> Completion:
+                   tries: int, check: Callable[[Any], list[str]] | None = None, **sampling: Any) -> Completion:
         convo = list(messages)
         c = first
         errors = []
         for attempt in range(1, max(1, tries) + 1):
             try:
-                c.parsed = parse_reply(c.text, schema)
+                c.parsed = parse_reply(c.text, schema, check)
                 return c
             except JSONReplyError as e:
                 errors.append(str(e))

@@ -105,8 +105,10 @@ def validate(value: Any, schema: dict[str, Any], path: str = "$") -> list[str]:
     return errors
 
 
-def parse_reply(text: str, schema: dict[str, Any] | None) -> Any:
-    """Extract and validate; raises `JSONReplyError` listing what is wrong."""
+def parse_reply(text: str, schema: dict[str, Any] | None, check: Any = None) -> Any:
+    """Extract and validate; raises `JSONReplyError` listing what is wrong.
+
+    `check(value) -> [problems]` adds what a schema cannot say (e.g. "every input id exactly once")."""
     kind = "any"
     if schema and schema.get("type") in ("object", "array"):
         kind = schema["type"]
@@ -115,6 +117,10 @@ def parse_reply(text: str, schema: dict[str, Any] | None) -> Any:
         errors = validate(value, schema)
         if errors:
             raise JSONReplyError("the JSON does not fit the required format: " + "; ".join(errors[:8]))
+    if check is not None:
+        problems = list(check(value) or [])
+        if problems:
+            raise JSONReplyError("the JSON breaks the rules: " + "; ".join(problems[:8]))
     return value
 
 
