@@ -1,10 +1,13 @@
 import json
+from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 from agent_doubles import SUBMIT, FakeSandbox, Scripted, bash, tool_call
 
 from mirl.agent import AgentConfig, Step, Trajectory, run_episode
 from mirl.agent.miniswe import FORMAT, TrajFormatError, from_traj_json, load_traj_json, save_traj_json, to_traj_json
+from mirl.detectors.sources import read_trajectories
 from mirl.sandbox.base import CommandResult
 
 
@@ -106,3 +109,58 @@ def test_prefix_steps_survive_round_trip():
                              Step("", "cat y", output="", exit_code=1, source="teacher")],
                       prefix_len=1, exit_reason="step_limit", reward=0.0)
     assert from_traj_json(to_traj_json(traj)).to_dict() == traj.to_dict()
+
+
+DATA = Path(__file__).parent.parent / "data" / "trajectories"
+
+
+def _two_call_reply() -> dict:
+    """A mini-swe-agent 2.x tool-call document whose second reply makes two bash calls (both executed)."""
+    def call(cid, cmd):
+        return {"id": cid, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": cmd})}}
+
+    def answer(cid, out, rc):
+        return {"role": "tool", "tool_call_id": cid, "content": f"<returncode>{rc}</returncode>\n<output>\n{out}</output>",
+                "extra": {"raw_output": out, "returncode": rc, "exception_info": ""}}
+
+    return {"info": {"exit_status": "Submitted", "submission": ""}, "trajectory_format": "mini-swe-agent-1.1",
+            "messages": [
+                {"role": "system", "content": "sys"}, {"role": "user", "content": "Please solve this issue: x"},
+                {"role": "assistant", "content": "Look first.", "tool_calls": [call("c1", "ls")],
+                 "extra": {"actions": [{"command": "ls", "tool_call_id": "c1"}]}},
+                answer("c1", "a.txt\nb.txt\n", 0),
+                {"role": "assistant", "content": "Read both.", "tool_calls": [call("c2", "cat a.txt"), call("c3", "cat b.txt")],
+                 "extra": {"actions": [{"command": "cat a.txt", "tool_call_id": "c2"},
+                                       {"command": "cat b.txt", "tool_call_id": "c3"}]}},
+                answer("c2", "A\n", 0), answer("c3", "cat: b.txt: Permission denied\n", 1),
+                {"role": "assistant", "content": "", "tool_calls": [call("c4", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")],
+                 "extra": {"actions": [{"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "tool_call_id": "c4"}]}},
+                {"role": "exit", "content": "", "extra": {"exit_status": "Submitted", "submission": ""}},
+            ]}
+
+
+def test_two_tool_calls_in_one_reply_are_two_steps():
+    t = from_traj_json(_two_call_reply())
+    assert [s.command for s in t.steps] == ["ls", "cat a.txt", "cat b.txt", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"]
+    assert [(s.output, s.exit_code) for s in t.steps[1:3]] == [("A\n", 0), ("cat: b.txt: Permission denied\n", 1)]
+    assert [s.reasoning for s in t.steps[1:3]] == ["Read both.", ""]  # the shared reasoning sits on the first
+
+
+def test_a_two_call_reply_is_exported_as_one_message_again():
+    data = _two_call_reply()
+    back = to_traj_json(from_traj_json(data))
+    replies = [m for m in back["messages"] if m["role"] == "assistant"]
+    assert len(replies) == 3
+    assert [c["id"] for c in replies[1]["tool_calls"]] == ["c2", "c3"]
+    assert replies[1]["extra"]["actions"] == data["messages"][4]["extra"]["actions"]
+    answers = [(m["tool_call_id"], m["extra"]["raw_output"], m["extra"]["returncode"])
+               for m in back["messages"] if m["role"] == "tool"]
+    assert answers == [("c1", "a.txt\nb.txt\n", 0), ("c2", "A\n", 0), ("c3", "cat: b.txt: Permission denied\n", 1)]
+    assert from_traj_json(back).to_dict()["steps"] == from_traj_json(data).to_dict()["steps"]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.traj.json")))
+def test_detect_and_import_read_the_same_steps(name):
+    [seen_by_detect] = read_trajectories(DATA / name)
+    imported = load_traj_json(DATA / name)
+    assert [asdict(s) for s in imported.steps] == [asdict(s) for s in seen_by_detect.steps]
