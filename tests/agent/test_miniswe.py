@@ -155,7 +155,8 @@ def test_a_two_call_reply_is_exported_as_one_message_again():
     assert replies[1]["extra"]["actions"] == data["messages"][4]["extra"]["actions"]
     answers = [(m["tool_call_id"], m["extra"]["raw_output"], m["extra"]["returncode"])
                for m in back["messages"] if m["role"] == "tool"]
-    assert answers == [("c1", "a.txt\nb.txt\n", 0), ("c2", "A\n", 0), ("c3", "cat: b.txt: Permission denied\n", 1)]
+    assert answers == [("c1", "a.txt\nb.txt\n", 0), ("c2", "A\n", 0), ("c3", "cat: b.txt: Permission denied\n", 1),
+                       ("c4", "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n", 0)]  # 2.x wrote none: rebuilt from the exit
     assert from_traj_json(back).to_dict()["steps"] == from_traj_json(data).to_dict()["steps"]
 
 
@@ -164,3 +165,10 @@ def test_detect_and_import_read_the_same_steps(name):
     [seen_by_detect] = read_trajectories(DATA / name)
     imported = load_traj_json(DATA / name)
     assert [asdict(s) for s in imported.steps] == [asdict(s) for s in seen_by_detect.steps]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.json")))
+def test_an_imported_file_survives_export_and_import(name):
+    imported = load_traj_json(DATA / name)
+    again = from_traj_json(to_traj_json(imported))
+    assert [asdict(s) for s in again.steps] == [asdict(s) for s in imported.steps]

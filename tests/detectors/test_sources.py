@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from mirl.agent.miniswe import from_traj_json
 from mirl.agent.trajectory import Step, Trajectory
-from mirl.detectors.sources import TrajectoryFileError, find_files, from_messages, read_trajectories
+from mirl.detectors.sources import TrajectoryFileError, find_files, read_trajectories
 
 DATA = Path(__file__).parent.parent / "data" / "trajectories"
 
@@ -20,7 +21,7 @@ def test_text_format_v1():
     assert t.steps[2].output.startswith("Please always provide EXACTLY ONE action")  # the format error shown
     assert t.steps[3].exit_code == 1 and "line contains NUL" in t.steps[3].output
     assert t.steps[-1].command == "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
-    assert t.steps[1].reasoning == "Let me see what the data file contains."
+    assert t.steps[1].reasoning == "THOUGHT: Let me see what the data file contains."  # as our parser keeps it
 
 
 def test_toolcall_format_v2():
@@ -66,7 +67,7 @@ def test_rendered_observation_templates():
         {"role": "assistant", "content": "slow\n```bash\nsleep 999\n```"},
         {"role": "user", "content": "The last command <command>sleep 999</command> timed out and has been killed.\n<output>\n\n</output>"},
     ]
-    t = from_messages(msgs, task="x")
+    t = from_traj_json(msgs, task="x")
     assert [s.command for s in t.steps] == ["ls", "cat big.log", None, "sleep 999"]
     assert t.steps[0].exit_code == 2 and t.steps[0].output.strip() == "ls: cannot access"
     assert "AAA" in t.steps[1].output and "ZZZ" in t.steps[1].output
