@@ -17,7 +17,8 @@ Export joins such steps back into the one assistant message they came from. A re
 action is one step with `command=None` whose output is the error shown: 1.x keeps the reply as an
 assistant message, 2.x drops it and keeps it in the format-error message (`model_response` in text
 mode, `response` in tool mode). 2.x writes no observation for the submitting command (the exit
-message holds the submission), so its output is rebuilt as the marker line plus the submission.
+message holds the submission) and 1.x answers it with the submission alone, so its output is
+rebuilt as the marker line plus the submission, exit code 0.
 
 Everything of ours that the format has no slot for rides along in `extra.mirl` (per reply: one step's
 fields, or a list for a reply of several steps) and `info.mirl` (per episode), so ours -> traj.json ->
@@ -304,6 +305,11 @@ def from_messages(messages: list[Any], action_format: str | None = None) -> tupl
             call_id = msg.get("tool_call_id")
             k = next((k for k, (_, ids) in enumerate(pending) if call_id and call_id in ids), 0)
             _fill_observation(pending.pop(k)[0], content, extra)
+    last = steps[-1] if steps else None
+    if last and last.command and SUBMIT_MARKER in last.command and last.exit_code is None and not last.timed_out \
+            and not last.output.lstrip().startswith(SUBMIT_MARKER):
+        # 1.x answers the submitting command with the submission alone: what followed the marker line
+        last.output, last.exit_code = f"{SUBMIT_MARKER}\n{last.output}", 0
     return instruction or "", steps, exit_extra
 
 

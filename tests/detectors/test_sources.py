@@ -13,8 +13,8 @@ DATA = Path(__file__).parent.parent / "data" / "trajectories"
 
 
 def test_text_format_v1():
-    [t] = read_trajectories(DATA / "csv_export_text_v1.traj.json")
-    assert t.task == "csv_export_text_v1" and t.models == {"policy": "openai/qwen3-8b"}
+    [t] = read_trajectories(DATA / "handwritten_csv_export_text_v1.traj.json")
+    assert t.task == "handwritten_csv_export_text_v1" and t.models == {"policy": "openai/qwen3-8b"}
     assert t.exit_reason == "submitted" and "CSV exporter" in t.instruction
     assert [s.command for s in t.steps][:3] == ["ls -la", "cat data/records.bin", None]
     assert t.steps[0].exit_code == 0 and t.steps[0].output.startswith("total 16")
@@ -25,7 +25,7 @@ def test_text_format_v1():
 
 
 def test_toolcall_format_v2():
-    [t] = read_trajectories(DATA / "restart_service_toolcall_v2.traj.json")
+    [t] = read_trajectories(DATA / "handwritten_restart_service_toolcall_v2.traj.json")
     assert len(t.steps) == 11 and t.exit_reason == "submitted"
     assert t.steps[3].command is None and "No tool calls found" in t.steps[3].output
     assert t.steps[3].raw == "Now I will look at the model file the service loads."  # kept from extra.response
@@ -37,15 +37,15 @@ def test_toolcall_format_v2():
 
 
 def test_textbased_v2_and_plain_chat():
-    [t] = read_trajectories(DATA / "serve_http_textbased_v2.traj.json")
+    [t] = read_trajectories(DATA / "handwritten_serve_http_textbased_v2.traj.json")
     assert [s.exit_code for s in t.steps][:5] == [0, 0, 0, 7, 0]
-    [c] = read_trajectories(DATA / "count_lines_chat.json")
+    [c] = read_trajectories(DATA / "handwritten_count_lines_chat.json")
     assert [s.command for s in c.steps][:2] == ["wc -l /data/log.txt"] * 2
     assert c.steps[0].exit_code == 1 and "No such file" in c.steps[0].output  # parsed from rendered JSON
 
 
 def test_our_jsonl_roundtrip(tmp_path):
-    ts = read_trajectories(DATA / "rollouts.jsonl")
+    ts = read_trajectories(DATA / "handwritten_rollouts.jsonl")
     assert [t.task for t in ts] == ["stop-node-server", "write-greeting"]
     assert ts[0].steps[1].command is None and ts[0].reward == 1.0
     out = tmp_path / "again.jsonl"
