@@ -264,6 +264,8 @@ def _fill_observation(step: Step, content: str, extra: dict[str, Any]) -> None:
         step.timed_out, step.exit_code = True, None
         m = re.search(_TAG.format("output"), content, re.DOTALL)
         step.output = m.group(1) if m else content
+    elif SUBMIT_MARKER in step.command:  # 1.x answers the submitting command with the submission alone
+        step.output, step.exit_code = f"{SUBMIT_MARKER}\n{content}", 0
     else:
         step.output = content
 
@@ -305,11 +307,6 @@ def from_messages(messages: list[Any], action_format: str | None = None) -> tupl
             call_id = msg.get("tool_call_id")
             k = next((k for k, (_, ids) in enumerate(pending) if call_id and call_id in ids), 0)
             _fill_observation(pending.pop(k)[0], content, extra)
-    last = steps[-1] if steps else None
-    if last and last.command and SUBMIT_MARKER in last.command and last.exit_code is None and not last.timed_out \
-            and not last.output.lstrip().startswith(SUBMIT_MARKER):
-        # 1.x answers the submitting command with the submission alone: what followed the marker line
-        last.output, last.exit_code = f"{SUBMIT_MARKER}\n{last.output}", 0
     return instruction or "", steps, exit_extra
 
 
