@@ -87,9 +87,14 @@ def test_empty_directory_and_no_arguments(tmp_path, capsys):
 
 
 def test_list(capsys):
+    from mirl.detectors.registry import get_detectors
+
     assert main(["detect", "--list"]) == 0
     out = capsys.readouterr().out
-    assert "submit-without-check" in out and "It is not" in out
+    detectors = get_detectors()
+    assert out.count("\n    ") == len(detectors) >= 6  # one indented definition per detector
+    for det in detectors:
+        assert f"{det.name}\n    {det.definition}\n" in out
 
 
 def test_format_errors_in_real_files_are_flagged_where_the_file_has_them(capsys):
