@@ -25,7 +25,8 @@ def test_text_zero_and_several_blocks_have_no_command():
 
 
 def test_text_other_languages_are_not_commands():
-    assert parse_text("```python\nprint(1)\n```").command is None
+    p = parse_text("```python\nprint(1)\n```")
+    assert p.command is None and p.error == "0 bash blocks"
 
 
 def test_tool_one_call():
@@ -38,9 +39,9 @@ def test_tool_zero_several_unknown_bad_args():
     assert parse_tool("", [tool_call("ls", "a"), tool_call("pwd", "b")]).error == "2 tool calls"
     assert "unknown tool 'python'" in parse_tool("", [tool_call("x", name="python")]).error
     bad = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{not json"}}
-    assert parse_tool("", [bad]).command is None
+    assert (parse_tool("", [bad]).command, parse_tool("", [bad]).error) == (None, "a bash call whose arguments are not JSON")
     missing = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": "ls"})}}
-    assert "command" in parse_tool("", [missing]).error
+    assert parse_tool("", [missing]).error == "a bash call without a string `command` argument"
 
 
 def test_tool_calls_written_as_text_by_chat_templates():

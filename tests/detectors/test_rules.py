@@ -128,5 +128,9 @@ def test_findings_carry_command_and_evidence():
 
 def test_nonprintable_ratio():
     assert rules.nonprintable_ratio("hello\nworld\t!") == 0
+    assert rules.nonprintable_ratio("ab\x85\x7f") == 0.5  # C1 controls and DEL
+    assert rules.nonprintable_ratio("\ufffd\x00ok\r\n") == 2 / 6  # replacement char and NUL; CR/LF are text
     assert rules.looks_binary(BINARY)
+    assert rules.looks_binary("\x00" * 4 + "a" * 12) and not rules.looks_binary("\x00" * 3 + "a" * 13)  # a quarter
+    assert not rules.looks_binary("\x00" * 15)  # too short to judge
     assert not rules.looks_binary("plain text, accents: é ü, and CJK 漢字 are printable" * 2)

@@ -88,7 +88,8 @@ def test_pipes_record_the_next_program():
 
 def test_unbalanced_quotes_do_not_crash():
     c = classify("echo 'unterminated && rm -rf x")
-    assert c.segments  # falls back to a plain split
+    # falls back to a plain split: still two segments, and the rm still counts as a change
+    assert [s.program for s in c.segments] == ["echo", "rm"] and c.segments[1].kind == WRITE and c.changes_state
 
 
 def test_tokenize_keeps_hash_inside_words_and_quotes():

@@ -5,26 +5,27 @@ from pathlib import Path
 
 import pytest
 
+from mirl.agent.miniswe import from_traj_json
 from mirl.agent.trajectory import Step, Trajectory
-from mirl.detectors.sources import TrajectoryFileError, find_files, from_messages, read_trajectories
+from mirl.detectors.sources import TrajectoryFileError, find_files, read_trajectories
 
 DATA = Path(__file__).parent.parent / "data" / "trajectories"
 
 
 def test_text_format_v1():
-    [t] = read_trajectories(DATA / "csv_export_text_v1.traj.json")
-    assert t.task == "csv_export_text_v1" and t.models == {"policy": "openai/qwen3-8b"}
+    [t] = read_trajectories(DATA / "handwritten_csv_export_text_v1.traj.json")
+    assert t.task == "handwritten_csv_export_text_v1" and t.models == {"policy": "openai/qwen3-8b"}
     assert t.exit_reason == "submitted" and "CSV exporter" in t.instruction
     assert [s.command for s in t.steps][:3] == ["ls -la", "cat data/records.bin", None]
     assert t.steps[0].exit_code == 0 and t.steps[0].output.startswith("total 16")
     assert t.steps[2].output.startswith("Please always provide EXACTLY ONE action")  # the format error shown
     assert t.steps[3].exit_code == 1 and "line contains NUL" in t.steps[3].output
     assert t.steps[-1].command == "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
-    assert t.steps[1].reasoning == "Let me see what the data file contains."
+    assert t.steps[1].reasoning == "THOUGHT: Let me see what the data file contains."  # as our parser keeps it
 
 
 def test_toolcall_format_v2():
-    [t] = read_trajectories(DATA / "restart_service_toolcall_v2.traj.json")
+    [t] = read_trajectories(DATA / "handwritten_restart_service_toolcall_v2.traj.json")
     assert len(t.steps) == 11 and t.exit_reason == "submitted"
     assert t.steps[3].command is None and "No tool calls found" in t.steps[3].output
     assert t.steps[3].raw == "Now I will look at the model file the service loads."  # kept from extra.response
@@ -36,16 +37,23 @@ def test_toolcall_format_v2():
 
 
 def test_textbased_v2_and_plain_chat():
-    [t] = read_trajectories(DATA / "serve_http_textbased_v2.traj.json")
-    assert [s.exit_code for s in t.steps][:5] == [0, 0, 0, 7, 0]
-    [c] = read_trajectories(DATA / "count_lines_chat.json")
-    assert [s.command for s in c.steps][:2] == ["wc -l /data/log.txt"] * 2
-    assert c.steps[0].exit_code == 1 and "No such file" in c.steps[0].output  # parsed from rendered JSON
+    [t] = read_trajectories(DATA / "handwritten_serve_http_textbased_v2.traj.json")
+    assert [s.exit_code for s in t.steps] == [0, 0, 0, 7, 0, 0]
+    [c] = read_trajectories(DATA / "handwritten_count_lines_chat.json")
+    assert [s.command for s in c.steps] == ["wc -l /data/log.txt"] * 2 + ["echo 0 > /app/count.txt",
+                                                                          "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"]
+    # parsed from the rendered JSON; the transcript ends before the last call is answered
+    assert [(s.output, s.exit_code) for s in c.steps] == [("wc: /data/log.txt: No such file or directory\n", 1)] * 2 + [
+        ("", 0), ("", None)]
+    assert c.instruction == "Count the lines of /data/log.txt into /app/count.txt." and c.steps[1].reasoning == "Try again."
 
 
 def test_our_jsonl_roundtrip(tmp_path):
-    ts = read_trajectories(DATA / "rollouts.jsonl")
+    ts = read_trajectories(DATA / "handwritten_rollouts.jsonl")
+    raw = [json.loads(line) for line in (DATA / "handwritten_rollouts.jsonl").read_text().splitlines()]
     assert [t.task for t in ts] == ["stop-node-server", "write-greeting"]
+    assert [[s.command for s in t.steps] for t in ts] == [[s["command"] for s in r["steps"]] for r in raw]
+    assert [t.meta["line"] for t in ts] == [1, 2]
     assert ts[0].steps[1].command is None and ts[0].reward == 1.0
     out = tmp_path / "again.jsonl"
     out.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in ts))
@@ -66,12 +74,31 @@ def test_rendered_observation_templates():
         {"role": "assistant", "content": "slow\n```bash\nsleep 999\n```"},
         {"role": "user", "content": "The last command <command>sleep 999</command> timed out and has been killed.\n<output>\n\n</output>"},
     ]
-    t = from_messages(msgs, task="x")
+    t = from_traj_json(msgs, task="x")
     assert [s.command for s in t.steps] == ["ls", "cat big.log", None, "sleep 999"]
     assert t.steps[0].exit_code == 2 and t.steps[0].output.strip() == "ls: cannot access"
-    assert "AAA" in t.steps[1].output and "ZZZ" in t.steps[1].output
-    assert "found 2 actions" in t.steps[2].output
-    assert t.steps[3].timed_out
+    assert t.steps[1].output == "AAA\n[... output elided ...]\nZZZ" and t.steps[1].exit_code == 0
+    assert t.steps[2].output == msgs[7]["content"] and t.steps[2].raw == msgs[6]["content"]
+    assert t.steps[3].timed_out and t.steps[3].exit_code is None and t.steps[3].output == ""  # the template adds the newlines
+
+
+def test_rendered_json_observations_of_mini_yaml():
+    """Tool mode in 2.x renders outputs as JSON (mini.yaml), long ones as head, tail and elided count."""
+    call = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": "cat big"})}}
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c", "content": json.dumps(
+                {"returncode": 3, "output_head": "HEAD", "output_tail": "TAIL", "elided_chars": 42, "warning": "long"})}]
+    [s] = from_traj_json(msgs).steps
+    assert (s.command, s.exit_code, s.output) == ("cat big", 3, "HEAD\n[... 42 characters elided ...]\nTAIL")
+
+
+@pytest.mark.parametrize("status, reason", [("Submitted", "submitted"), ("LimitsExceeded", "step_limit"),
+                                            ("TimeExceeded", "agent_timeout"), ("RepeatedFormatError", "error"),
+                                            ("ContextWindowExceededError", "token_limit"), ("RuntimeError", "error")])
+def test_exit_status_names_map_to_our_exit_reasons(status, reason):
+    t = from_traj_json({"info": {"exit_status": status}, "messages": [{"role": "user", "content": "task"}]})
+    assert (t.exit_reason, t.meta["exit_status"]) == (reason, status)
 
 
 @pytest.mark.parametrize(

@@ -61,6 +61,9 @@ def _bash_ok(text: str) -> bool:
 def test_split_keeps_multiline_constructs_whole():
     statements = split_statements(TRICKY)
     texts = [s.text for s in statements]
+    # by hand: set, cd, export, apt-get, cat heredoc, if, for, helper(), helper one, python3 heredoc, while,
+    # echo building && make, case, count=, echo lines, cat <<-END, echo done
+    assert len(texts) == 17
     assert texts[:3] == ["set -euo pipefail", "cd /app", "export MODE=fast"]
     assert texts[3].startswith("apt-get install -y \\") and texts[3].endswith("curl")
     assert texts[4].startswith("cat > conf.ini <<'EOF'") and texts[4].endswith("EOF")
