@@ -17,6 +17,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from tests.fakes.annotator import SYSTEM_MARK, annotator_reply
+
 Reply = Callable[[dict], str]
 
 
@@ -24,6 +26,8 @@ def role_reply(body: dict) -> str:
     """Answer as the role the system prompt asks for: localizer JSON, teacher or policy step."""
     system = next((m.get("content", "") for m in body.get("messages", []) if m.get("role") == "system"), "")
     last = body.get("messages", [{}])[-1].get("content", "")
+    if SYSTEM_MARK in system:
+        return annotator_reply(last)
     if "review the work of an agent" in system:
         verdict = "bad" if "rm -rf" in last.split("Proposed next step")[-1] else "good"
         return ('Short check.\n{"command_seen": "runs a shell command", "reason": "judged by the test server", '
