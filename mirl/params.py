@@ -7,6 +7,7 @@
     agent:      action format, step and time limits                     (`mirl.agent.config.AgentConfig`)
     profiling:  stage 01's own settings                                 (`mirl.profiling.config.ProfilingParams`)
     taxonomy:   stage 02's own settings                                 (`mirl.taxonomy.config.TaxonomyParams`)
+    prefixes:   stage 03's own settings                                 (`mirl.prefixes.config.PrefixParams`)
 
 `mirl run`, `mirl rollout` and `mirl batch` read the same file. Overrides name their section:
 `-p profiling.max_tasks=3`, `-p models.policy.temperature=1.0`. An unknown section or key, a wrong
@@ -25,6 +26,7 @@ import yaml
 from mirl.agent.config import AgentConfig
 from mirl.config import ParamsError, build
 from mirl.llm.config import LLMConfig
+from mirl.prefixes.config import PrefixParams
 from mirl.profiling.config import ProfilingParams
 from mirl.sandbox.base import SandboxConfig
 from mirl.taxonomy.config import TaxonomyParams
@@ -41,6 +43,7 @@ class Params:
     agent: AgentConfig = field(default_factory=AgentConfig, metadata={"help": "the agent loop's format and limits"})
     profiling: ProfilingParams = field(default_factory=ProfilingParams, metadata={"help": "stage 01: error profiling"})
     taxonomy: TaxonomyParams = field(default_factory=TaxonomyParams, metadata={"help": "stage 02: error taxonomy"})
+    prefixes: PrefixParams = field(default_factory=PrefixParams, metadata={"help": "stage 03: misbehavior prefixes"})
 
 
 def sections() -> list[str]:

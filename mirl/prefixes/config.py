@@ -1,0 +1,22 @@
+"""Parameters of the prefix stage (notebook 03, section `prefixes` of a params YAML)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class PrefixParams:
+    """Flat on purpose: these are the literals of notebook 03's parameters cell."""
+
+    per_misbehavior: int = field(default=80, metadata={"help": "training prefixes sampled per misbehavior (paper: 80)"})
+    heldout_per_misbehavior: int = field(default=20, metadata={
+        "help": "prefixes set aside per misbehavior for the misbehavior-rate evaluation, before training sets are drawn"})
+    seed: int = field(default=0, metadata={"help": "seed of the sampling"})
+    taxonomy_version: int = field(default=0, metadata={"help": "taxonomy version whose kept types are the misbehaviors; 0 = latest"})
+    keep: Literal["exact", "normalized", "snapshot"] = field(default="exact", metadata={
+        "help": "which check a prefix must pass to be a training start (paper: exact rerun)"})
+    snapshot: bool = field(default=True, metadata={
+        "help": "also save the sandbox state after each reproduced prefix and check that restoring it reproduces the next output"})
+    workers: int = field(default=4, metadata={"help": "prefixes checked in parallel"})

@@ -1,0 +1,269 @@
+"""The prefix stage on the common runner: sample prefixes at misbehaviors, check that each restores.
+
+Plan: for every kept misbehavior of the taxonomy version, the error steps labelled with it are
+drawn round-robin over environments (so one busy environment cannot fill the set), with a seed:
+first the held-out ones (never used for training; an error step held out for one misbehavior is
+held out for all), then the training ones. The sample is written once (`sampled.jsonl`).
+
+Items: one check per sampled prefix, in a fresh sandbox of its environment: re-run the prefix's
+commands one by one and compare each output with the recorded one, exactly and normalized (volatile
+tokens masked, see `mirl.agent.restore`). With `snapshot`, a reproduced prefix's sandbox state is
+saved and restored in another fresh sandbox, where the last prefix command must print what it
+printed (a snapshot holds files, not running processes: prefixes that start background processes
+are not snapshot-kept, see `starts_processes`).
+
+Finalize: `prefixes.jsonl` (every sampled prefix with its verdict per mode, divergence and restore
+handle), `train.jsonl` and `heldout.jsonl` (kept under `prefixes.keep`), and the funnel in the summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from mirl.agent.restore import restore_prefix
+from mirl.agent.trajectory import Trajectory
+from mirl.jsonl import read_jsonl
+from mirl.params import Params
+from mirl.records.error_step import ErrorStep
+from mirl.records.loaders import load_error_steps
+from mirl.records.prefix import MODES, Prefix
+from mirl.records.taxonomy import Label, TaxonomyStore
+from mirl.runner.layout import RunDir, atomic_write_jsonl
+from mirl.runner.stage import Item, Stage, run_stage
+
+log = logging.getLogger(__name__)
+STAGE = "prefixes"
+SAMPLED, CHECKS, PREFIXES, TRAIN, HELDOUT = "sampled.jsonl", "checks.jsonl", "prefixes.jsonl", "train.jsonl", "heldout.jsonl"
+_BACKGROUND = re.compile(r"(^|[^&])&\s*($|[;\n)])|\bnohup\b|\bsetsid\b|\bdisown\b|\bservice\s+\S+\s+(start|restart)\b|"
+                         r"\bsystemctl\s+(start|restart)\b|\b(daemon|--daemon|-d)\b.*\b(redis|nginx|mysqld|postgres)")
+
+
+def starts_processes(commands: list[str]) -> bool:
+    """Whether a prefix leaves processes running (background jobs, services): a snapshot cannot hold them."""
+    return any(_BACKGROUND.search(c or "") for c in commands)
+
+
+def round_robin(items_by_env: dict[str, list[Any]], n: int, rng: random.Random) -> list[Any]:
+    """Up to `n` items taken one environment at a time (environments and items in seeded order)."""
+    envs = sorted(items_by_env)
+    rng.shuffle(envs)
+    queues = {e: list(items_by_env[e]) for e in envs}
+    for q in queues.values():
+        rng.shuffle(q)
+    out: list[Any] = []
+    while len(out) < n and any(queues.values()):
+        for e in envs:
+            if queues[e] and len(out) < n:
+                out.append(queues[e].pop())
+    return out
+
+
+def sample_prefixes(misbehaviors: list[str], labels: list[Label], steps: list[ErrorStep], per: int, heldout: int,
+                    seed: int) -> list[Prefix]:
+    """Held-out prefixes first, then training ones, per misbehavior, spread over environments."""
+    by_id = {s.id: s for s in steps}
+    carrying: dict[str, list[ErrorStep]] = defaultdict(list)
+    for label in labels:
+        for t in label.types:
+            if label.id in by_id:
+                carrying[t].append(by_id[label.id])
+    out: list[Prefix] = []
+    held: set[str] = set()
+    chosen: dict[str, list[ErrorStep]] = {}
+    for m in misbehaviors:  # held-out sets first, for every misbehavior, before any training set
+        rng = random.Random(f"{seed}:heldout:{m}")
+        by_env: dict[str, list[ErrorStep]] = defaultdict(list)
+        for s in sorted(carrying[m], key=lambda s: s.id):
+            by_env[s.env].append(s)
+        chosen[m] = round_robin(by_env, heldout, rng)
+        held |= {s.id for s in chosen[m]}
+    for m in misbehaviors:
+        out += [_prefix(m, s, "heldout") for s in chosen[m]]
+        rng = random.Random(f"{seed}:train:{m}")
+        by_env = defaultdict(list)
+        for s in sorted(carrying[m], key=lambda s: s.id):
+            if s.id not in held:
+                by_env[s.env].append(s)
+        out += [_prefix(m, s, "train") for s in round_robin(by_env, per, rng)]
+    return out
+
+
+def _prefix(misbehavior: str, s: ErrorStep, split: str) -> Prefix:
+    return Prefix(id=f"{misbehavior}|{s.id}", misbehavior=misbehavior, error_id=s.id, env=s.env, seed=s.seed,
+                  steps=s.step, split=split)  # type: ignore[arg-type]
+
+
+class PrefixStage(Stage):
+    name = STAGE
+    records = CHECKS
+    key_fields = ("id",)
+    reads = ("profiling", "taxonomy")
+    derived = (SAMPLED, PREFIXES, TRAIN, HELDOUT)
+
+    def __init__(self, params: Params, run_dir, sandbox=None, tasks=None):
+        super().__init__(params, run_dir)
+        self._sandbox, self._tasks = sandbox, tasks
+        self._trajectories: dict[tuple[str, int], Trajectory] | None = None
+
+    # --- inputs -----------------------------------------------------------------------------------
+
+    def taxonomy_version(self) -> int:
+        store = TaxonomyStore(self.run.stage_dir("taxonomy"))
+        v = self.params.prefixes.taxonomy_version or store.latest()
+        if v is None:
+            raise FileNotFoundError(f"{store.versions_dir}: no taxonomy version (run the taxonomy stage first)")
+        return v
+
+    def fingerprint(self) -> dict[str, Any]:
+        p = self.params.prefixes
+        return {"prefixes": {"per_misbehavior": p.per_misbehavior, "heldout": p.heldout_per_misbehavior,
+                             "seed": p.seed, "taxonomy_version": self.taxonomy_version(), "snapshot": p.snapshot},
+                "sandbox": {"backend": self.params.sandbox.backend}, "agent": {"timeout": self.params.agent.command_timeout_s}}
+
+    def tasks(self) -> dict[str, Any]:
+        if self._tasks is None:
+            from mirl.agent.rollout import RolloutConfig, load_tasks
+
+            pool = [t.strip() for t in self.params.profiling.tasks.split(",") if t.strip()]
+            self._tasks = load_tasks(RolloutConfig(tasks=pool))
+        return {t.id: t for t in self._tasks}
+
+    def trajectories(self) -> dict[tuple[str, int], Trajectory]:
+        if self._trajectories is None:
+            rows, _ = read_jsonl(self.run.file("profiling", "trajectories.jsonl"))
+            self._trajectories = {(r["task"], r["seed"]): Trajectory.from_dict(r) for r in rows}
+        return self._trajectories
+
+    def sampled(self) -> list[Prefix]:
+        path = self.out / SAMPLED
+        if path.exists():
+            return [Prefix.from_dict(r) for r in read_jsonl(path)[0]]
+        store = TaxonomyStore(self.run.stage_dir("taxonomy"))
+        v = self.taxonomy_version()
+        taxonomy, labels = store.load(v), store.load_labels(v)
+        p = self.params.prefixes
+        prefixes = sample_prefixes([t.name for t in taxonomy.kept()], labels, load_error_steps(self.run),
+                                   p.per_misbehavior, p.heldout_per_misbehavior, p.seed)
+        atomic_write_jsonl(path, [x.to_dict() for x in prefixes])
+        return prefixes
+
+    def plan(self) -> list[Item]:
+        return [Item((x.id,), x.to_dict()) for x in self.sampled()]
+
+    # --- one check ----------------------------------------------------------------------------------
+
+    def sandbox(self):
+        if self._sandbox is None:
+            from mirl.sandbox.select import make_sandbox
+
+            self._sandbox = make_sandbox(self.params.sandbox)
+        return self._sandbox
+
+    def run_item(self, payload: dict[str, Any]) -> dict[str, Any]:
+        prefix = Prefix.from_dict(payload)
+        try:
+            self.check(prefix)
+        except Exception as e:  # noqa: BLE001 - a check that could not run is recorded, not kept
+            prefix.error = f"{type(e).__name__}: {e}"
+            prefix.verdict = {m: False for m in MODES}
+        return prefix.to_dict()
+
+    def check(self, prefix: Prefix) -> None:
+        traj = self.trajectories().get((prefix.env, prefix.seed))
+        if traj is None:
+            raise LookupError(f"no trajectory {prefix.env} seed {prefix.seed} in the profiling output")
+        task = self.tasks()[prefix.env]
+        steps = traj.steps[: prefix.steps]
+        timeout = self.params.agent.command_timeout_s
+        t0 = time.perf_counter()
+        with self.sandbox().start(task) as session:
+            _, report = restore_prefix(session, steps, timeout=timeout)
+            rerun_s = time.perf_counter() - t0
+            prefix.verdict = {"exact": report.exact, "normalized": report.normalized, "snapshot": None}
+            prefix.masks = sorted({m for s in report.steps for m in s.get("masks", [])})
+            first = next((i for i, s in enumerate(report.steps) if not s["exact"]), None)
+            if first is not None:
+                s = report.steps[first]
+                prefix.divergence = {"step": first, "kind": s.get("kind", "output"), "diff": s.get("diff", ""),
+                                     "normalized_ok": s["normalized"]}
+            prefix.restore = {"rerun_s": round(rerun_s, 4), "commands": sum(s.command is not None for s in steps)}
+            if self.params.prefixes.snapshot and report.normalized:
+                self.snapshot(prefix, session, task, steps)
+
+    def snapshot(self, prefix: Prefix, session, task, steps) -> None:
+        """Save the state, restore it in a fresh sandbox, and check the last command prints the same."""
+        save = getattr(session, "snapshot", None)
+        if save is None:
+            prefix.restore["snapshot"] = f"the {self.sandbox().name} backend cannot snapshot"
+            return
+        commands = [s.command for s in steps if s.command is not None]
+        if starts_processes(commands):
+            prefix.verdict["snapshot"] = False
+            prefix.restore["snapshot"] = "the prefix starts processes, which a snapshot cannot hold: rerun it"
+            return
+        handle = save()
+        t0 = time.perf_counter()
+        with self.sandbox().start(task, snapshot=handle) as restored:
+            restore_s = time.perf_counter() - t0
+            probe = next((s for s in reversed(steps) if s.command is not None), None)
+            ok = True
+            if probe is not None:
+                from mirl.agent.restore import normalize_output
+
+                r = restored.run(probe.command, timeout=self.params.agent.command_timeout_s)
+                ok = r.exit_code == probe.exit_code and (
+                    normalize_output(r.output, probe.command) == normalize_output(probe.output, probe.command))
+        prefix.verdict["snapshot"] = ok
+        prefix.restore.update(snapshot=handle, restore_s=round(restore_s, 4))
+
+    # --- finalize -----------------------------------------------------------------------------------
+
+    def progress(self, record: dict[str, Any]) -> dict[str, Any]:
+        v = record.get("verdict") or {}
+        return {"last": "exact" if v.get("exact") else "normalized" if v.get("normalized") else "diverged"}
+
+    def finalize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        checked = {r["id"]: Prefix.from_dict(r) for r in records}
+        prefixes = [checked.get(x.id, x) for x in self.sampled()]
+        atomic_write_jsonl(self.out / PREFIXES, [x.to_dict() for x in prefixes])
+        keep = self.params.prefixes.keep
+        atomic_write_jsonl(self.out / TRAIN, [x.to_dict() for x in prefixes if x.split == "train" and x.kept(keep)])
+        atomic_write_jsonl(self.out / HELDOUT, [x.to_dict() for x in prefixes if x.split == "heldout" and x.kept(keep)])
+        return funnel(prefixes, keep)
+
+
+def funnel(prefixes: list[Prefix], keep: str) -> dict[str, Any]:
+    """Sampled -> kept per mode, overall and per misbehavior (the paper's 640 -> 219)."""
+    def counts(xs: list[Prefix]) -> dict[str, Any]:
+        out: dict[str, Any] = {"sampled": len(xs), "environments": len({x.env for x in xs})}
+        for m in MODES:
+            out[m] = sum(x.kept(m) for x in xs)
+        out["errors"] = sum(x.error is not None for x in xs)
+        return out
+
+    by_m: dict[str, list[Prefix]] = defaultdict(list)
+    for x in prefixes:
+        by_m[x.misbehavior].append(x)
+    train = [x for x in prefixes if x.split == "train"]
+    return {"keep": keep, "all": counts(prefixes), "train": counts(train),
+            "heldout": counts([x for x in prefixes if x.split == "heldout"]),
+            "per_misbehavior": {m: counts(xs) for m, xs in sorted(by_m.items())},
+            "train_kept": sum(x.kept(keep) for x in train)}
+
+
+def load_prefixes(run_dir: str | Path, which: str = PREFIXES) -> list[Prefix]:
+    path = RunDir(run_dir).file(STAGE, which)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no prefixes (run the prefix stage first)")
+    return [Prefix.from_dict(r) for r in read_jsonl(path)[0]]
+
+
+def run_prefixes(params: Params, run_dir: str | Path, sandbox=None, tasks=None, force: bool = False,
+                 progress: bool = True) -> dict[str, Any]:
+    return run_stage(PrefixStage(params, run_dir, sandbox=sandbox, tasks=tasks), force=force, progress=progress)
