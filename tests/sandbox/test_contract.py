@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import resource
+import shlex
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from conftest import data_task
@@ -119,6 +122,71 @@ def test_terminal_bench_layout_scores_by_exit_code(sandbox):
         s.run("touch /app/done.txt")
         v = s.verify()
     assert v.reward == 1.0, v
+
+
+# --- one verification rule for every backend ----------------------------------------------
+
+REWARD_TXT, REWARD_JSON = "/logs/verifier/reward.txt", "/logs/verifier/reward.json"
+
+
+def write_tb1_task(root: Path, run_tests: str, timeout_s: float = 60):
+    """A Terminal-Bench 1 task at `root` whose run-tests.sh is `run_tests`."""
+    from mirl.tasks import load_task
+
+    (root / "tests").mkdir(parents=True)
+    (root / "task.yaml").write_text(f"instruction: do nothing\nmax_test_timeout_sec: {timeout_s}\n")
+    (root / "Dockerfile").write_text("FROM mirl-base\nWORKDIR /app\n")
+    (root / "run-tests.sh").write_text(run_tests)
+    return load_task(root)
+
+
+def test_reward_written_then_hanging_scores_zero_and_says_why(sandbox, task_factory):
+    task = task_factory("hangs", test_sh=f"#!/bin/bash\necho 1 > {REWARD_TXT}\nsleep 300\n",
+                        toml="[verifier]\ntimeout_sec = 1.5\n")
+    with sandbox.start(task) as s:
+        v = s.verify()
+    assert v.timed_out and v.reward == 0.0, v
+    assert re.search(r"timed out after 1\.5 ?s", v.error or ""), v.error
+
+
+def test_terminal_bench_reward_written_then_hanging_scores_zero(sandbox, tmp_path):
+    task = write_tb1_task(tmp_path / "tb1-hangs", f"#!/bin/bash\necho 1 > {REWARD_TXT}\nsleep 300\n", timeout_s=1.5)
+    with sandbox.start(task) as s:
+        v = s.verify()
+    assert v.timed_out and v.reward == 0.0, v
+    assert re.search(r"timed out after 1\.5 ?s", v.error or ""), v.error
+
+
+def test_terminal_bench_reward_file_wins_over_the_exit_code(sandbox, tmp_path):
+    task = write_tb1_task(tmp_path / "tb1-reward", f"#!/bin/bash\necho 0.25 > {REWARD_TXT}\nexit 0\n")
+    with sandbox.start(task) as s:
+        v = s.verify()
+    assert (v.reward, v.exit_code, v.error) == (0.25, 0, None), v
+
+
+def test_reward_json_is_read_before_reward_txt(sandbox, task_factory):
+    script = f"#!/bin/bash\necho 0.75 > {REWARD_TXT}\necho '{{\"reward\": 0.25}}' > {REWARD_JSON}\n"
+    with sandbox.start(task_factory("both", test_sh=script)) as s:
+        v = s.verify()
+    assert (v.reward, v.error) == (0.25, None), v
+
+
+@pytest.mark.parametrize("name, content, reason", [
+    ("reward.txt", "nan", "reward.txt is not a number: 'nan'"),
+    ("reward.txt", "inf", "reward.txt is not a number: 'inf'"),
+    ("reward.txt", "passed", "reward.txt is not a number: 'passed'"),
+    ("reward.txt", "", "reward.txt is empty"),
+    ("reward.json", '{"reward": NaN}', "reward.json has no numeric reward: '{\"reward\": NaN}'"),
+    ("reward.json", '{"reward": "yes"}', "reward.json has no numeric reward: '{\"reward\": \"yes\"}'"),
+    ("reward.json", "", "reward.json is empty"),
+])
+def test_unusable_reward_file_scores_zero_with_the_reason(sandbox, task_factory, name, content, reason):
+    # printf writes exactly `content` (an empty file for ""); the script itself exits 0
+    script = f"#!/bin/bash\nprintf '%s' {shlex.quote(content)} > /logs/verifier/{name}\n"
+    with sandbox.start(task_factory("bad-reward", test_sh=script)) as s:
+        v = s.verify()
+    assert (v.reward, v.exit_code, v.timed_out) == (0.0, 0, False), v
+    assert v.error == reason
 
 
 def _host_pids_with(token: str) -> list[int]:
