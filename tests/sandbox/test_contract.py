@@ -171,6 +171,15 @@ def test_reward_json_is_read_before_reward_txt(sandbox, task_factory):
     assert (v.reward, v.error) == (0.25, None), v
 
 
+def test_reward_files_the_agent_wrote_are_not_read(sandbox, task_factory):
+    with sandbox.start(task_factory("prewritten", test_sh="#!/bin/bash\necho checked\n")) as s:
+        s.run(f"echo 1 > {REWARD_TXT}; echo '{{\"reward\": 1}}' > {REWARD_JSON}; mkdir -p /tests; touch /tests/stale")
+        v = s.verify()
+        left = s.run("ls -A /logs/verifier /tests").output.split()
+    assert (v.reward, v.error) == (0.0, "no reward file written to /logs/verifier (reward.txt or reward.json)"), v
+    assert left == ["/logs/verifier:", "/tests:", "test.sh"], left
+
+
 @pytest.mark.parametrize("name, content, reason", [
     ("reward.txt", "nan", "reward.txt is not a number: 'nan'"),
     ("reward.txt", "inf", "reward.txt is not a number: 'inf'"),
