@@ -288,7 +288,8 @@ class BwrapSession:
                     tf.add(self.task.test_script, arcname="run-tests.sh")
             f.seek(0)
             res = self.box.exec(
-                "rm -rf /tests && mkdir -p /tests /logs/verifier && tar -xf - -C /tests --no-same-owner",
+                "rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier && chmod 777 /logs/verifier "
+                "&& tar -xf - -C /tests --no-same-owner",
                 60, 4000, "/", None, f.fileno(),
             )
         if res.exit_code != 0:
