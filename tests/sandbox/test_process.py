@@ -73,6 +73,13 @@ def test_head_tail_buffer_keeps_both_ends_of_a_flood():
     for _ in range(50):
         buf.feed(b"y" * 100_000)
     buf.feed(b"TAIL")
-    text = buf.text()
-    assert text.startswith("HEAD") and text.endswith("TAIL") and "elided" in text and buf.truncated
-    assert buf.total == 4 + 10_000 + 5_000_000 + 4
+    total = 4 + 10_000 + 5_000_000 + 4
+    assert buf.total == total and buf.truncated
+    assert buf.text() == "HEAD" + "x" * 46 + f"\n[... {total - 100} bytes of output elided ...]\n" + "y" * 46 + "TAIL"
+
+
+def test_head_tail_buffer_keeps_small_output_whole():
+    buf = HeadTailBuffer(100)
+    for part in (b"a" * 30, b"b" * 40, b"c" * 30):
+        buf.feed(part)
+    assert buf.text() == "a" * 30 + "b" * 40 + "c" * 30 and not buf.truncated
