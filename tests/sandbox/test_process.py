@@ -83,3 +83,11 @@ def test_head_tail_buffer_keeps_small_output_whole():
     for part in (b"a" * 30, b"b" * 40, b"c" * 30):
         buf.feed(part)
     assert buf.text() == "a" * 30 + "b" * 40 + "c" * 30 and not buf.truncated
+
+
+def test_head_tail_buffer_elides_what_fits_neither_end():
+    buf = HeadTailBuffer(100)
+    for part in (b"a" * 50, b"b" * 30, b"c" * 40):  # 120 bytes: 20 b's fit neither the head nor the tail
+        buf.feed(part)
+    assert buf.truncated and buf.total == 120
+    assert buf.text() == "a" * 50 + "\n[... 20 bytes of output elided ...]\n" + "b" * 10 + "c" * 40
