@@ -1,10 +1,8 @@
-"""The bubblewrap backend: its layer building, its confinement and its speed."""
+"""The bubblewrap backend: its layer building and its confinement (its speed: benchmarks/sandbox.py)."""
 
 from __future__ import annotations
 
 import logging
-import statistics
-import time
 from pathlib import Path
 
 import pytest
@@ -99,22 +97,3 @@ def test_close_leaves_no_mounts_or_temp_dirs(sandbox):
         with open(mounts) as f:
             assert tmp not in f.read()
     assert not Path(f"/proc/{pid}").exists() and not s.tmp.exists()
-
-
-def test_start_and_command_latency(sandbox, capsys):
-    task = data_task("contract-basic")
-    sandbox.start(task).close()  # builds the cached layer
-    starts, commands = [], []
-    for _ in range(5):
-        t0 = time.monotonic()
-        s = sandbox.start(task)
-        starts.append(time.monotonic() - t0)
-        for _ in range(5):
-            t0 = time.monotonic()
-            s.run("true")
-            commands.append(time.monotonic() - t0)
-        s.close()
-    start_ms, cmd_ms = statistics.median(starts) * 1000, statistics.median(commands) * 1000
-    with capsys.disabled():
-        print(f"\nbwrap: session start median {start_ms:.0f} ms, per-command median {cmd_ms:.1f} ms")
-    assert start_ms < 500 and cmd_ms < 100  # targets: 100 ms and ~10 ms on an idle machine

