@@ -66,16 +66,27 @@ def rootfs_path() -> Path:
     return Path(user_cache_dir()) / "base" / "rootfs"
 
 
+def problem() -> str | None:
+    """Why the bwrap backend cannot run here (what to install or build), or None when it can."""
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed: `apt-get install bubblewrap`, or use --sandbox docker"
+    if os.geteuid() != 0:
+        return "the bwrap backend mounts an overlay and needs root; use --sandbox docker otherwise"
+    rootfs = rootfs_path()
+    if not (rootfs / "bin").exists():
+        return f"no base root filesystem at {rootfs}: run `mirl image build` first"
+    try:
+        r = subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"`bwrap --version` failed: {e}"
+    if r.returncode != 0:
+        return f"`bwrap --version` exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}"
+    return None
+
+
 def available() -> bool:
     """bwrap is on PATH and runs, we are root (to mount the overlay) and the base rootfs exists."""
-    if shutil.which("bwrap") is None or os.geteuid() != 0:
-        return False
-    if not (rootfs_path() / "bin").exists():
-        return False
-    try:
-        return subprocess.run(["bwrap", "--version"], capture_output=True, timeout=5).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
+    return problem() is None
 
 
 def _require() -> Path:

@@ -6,24 +6,18 @@ import logging
 from pathlib import Path
 
 import pytest
-from conftest import data_task
+from sandbox_helpers import data_task
 
 from mirl.sandbox import bwrap_backend
 from mirl.sandbox.base import SandboxConfig, SandboxError
 from mirl.sandbox.select import make_sandbox
 
-pytestmark = [
-    pytest.mark.bwrap,
-    pytest.mark.timeout(120),
-    pytest.mark.skipif(
-        not bwrap_backend.available(),
-        reason="needs root, `apt-get install bubblewrap` and the base rootfs (`mirl image build`)",
-    ),
-]
+pytestmark = [pytest.mark.bwrap, pytest.mark.timeout(120)]
 
 
 @pytest.fixture
-def sandbox():
+def sandbox(bwrap_sandbox):
+    """The backend as users get it (`make_sandbox`), once `bwrap_sandbox` found it can run here."""
     return make_sandbox(SandboxConfig(backend="bwrap"))
 
 

@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import data_task, flood_in_fresh_process, host_pids_with, wait_until_gone
+from sandbox_helpers import data_task, flood_in_fresh_process, host_pids_with, wait_until_gone
 
 from mirl.sandbox.base import TIMEOUT_EXIT_CODE
 

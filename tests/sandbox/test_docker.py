@@ -8,7 +8,7 @@ import time
 import uuid
 
 import pytest
-from conftest import PeakCount, flood_in_fresh_process, wait_until_gone
+from sandbox_helpers import PeakCount, flood_in_fresh_process, wait_until_gone
 
 from mirl.sandbox.base import SandboxConfig
 from mirl.sandbox.docker_backend import PIDS_LIMIT, DockerSandbox, build_failure, context_hash, safe_name

@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import PeakCount, data_task, host_pids_with, wait_until_gone
+from sandbox_helpers import PeakCount, data_task, host_pids_with, wait_until_gone
 
 from mirl.sandbox.base import TIMEOUT_EXIT_CODE
 
