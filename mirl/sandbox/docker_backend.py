@@ -42,6 +42,7 @@ from mirl.sandbox.docker_images import (
     engine_available,
     safe_name,
 )
+from mirl.sandbox.owner import owner_gone, owner_id
 from mirl.sandbox.verifier import run_verifier
 from mirl.tasks import Task
 
@@ -91,12 +92,15 @@ class DockerSandbox(TaskImages):
     # --- sessions -------------------------------------------------------------------------
 
     def _prune_exited(self) -> None:
-        """Remove stopped session containers left by killed processes (never running ones)."""
+        """Remove session containers left behind: stopped ones, and running ones whose owner process
+        (label `mirl.owner`, see `mirl.sandbox.owner`) is gone, e.g. a run killed with SIGKILL."""
         try:
-            for c in self.client.containers.list(all=True, filters={"label": "mirl.task", "status": "exited"}):
-                c.remove(force=True)
+            for c in self.client.containers.list(all=True, filters={"label": "mirl.task"}):
+                if c.status == "exited" or owner_gone(c.labels.get("mirl.owner", "")):
+                    log.info("removing container %s of task %s left by an ended run", c.short_id, c.labels.get("mirl.task"))
+                    c.remove(force=True)
         except Exception as e:
-            log.debug("pruning exited containers failed: %s", e)
+            log.debug("pruning left-over containers failed: %s", e)
 
     def start(self, task: Task) -> DockerSession:
         import docker
@@ -116,7 +120,7 @@ class DockerSandbox(TaskImages):
             entrypoint = ["sleep", "infinity"]
         kwargs = dict(
             entrypoint=entrypoint, command=[], detach=True, working_dir=workdir, stdin_open=True,
-            environment=dict(task.env), hostname="sandbox", labels={"mirl.task": task.id},
+            environment=dict(task.env), hostname="sandbox", labels={"mirl.task": task.id, "mirl.owner": owner_id()},
             nano_cpus=int(max(0.1, task.cpus) * 1e9), mem_limit=f"{max(64, int(task.memory_mb))}m",
             pids_limit=PIDS_LIMIT, stop_signal="SIGKILL",
         )
