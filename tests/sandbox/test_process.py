@@ -91,3 +91,17 @@ def test_head_tail_buffer_elides_what_fits_neither_end():
         buf.feed(part)
     assert buf.truncated and buf.total == 120
     assert buf.text() == "a" * 50 + "\n[... 20 bytes of output elided ...]\n" + "b" * 10 + "c" * 40
+
+
+def test_owner_is_gone_only_when_its_process_ended_here():
+    from mirl.sandbox.owner import owner_gone, owner_id
+
+    proc = subprocess.Popen(["sleep", "30"])
+    alive = owner_id(proc.pid)
+    assert not owner_gone(alive) and not owner_gone(owner_id())
+    proc.kill()
+    proc.wait()
+    assert owner_gone(alive)  # same pid namespace and boot, the process ended
+    boot, rest = alive.split(".", 1)
+    assert not owner_gone(f"{'0' * len(boot)}.{rest}")  # another machine's (or boot's) owner: left alone
+    assert not owner_gone("not an owner")
