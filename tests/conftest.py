@@ -1,4 +1,4 @@
-"""Shared fixtures: a Docker-API engine for container tests, and a writer of small Harbor tasks."""
+"""Shared fixtures: a Docker-API engine and a bwrap sandbox for real-sandbox tests, and a writer of small Harbor tasks."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.real import missing
 
 
 def write_task(root: Path, dockerfile: str = "FROM mirl-base\nWORKDIR /app\n", test_sh: str | None = None,
@@ -31,18 +33,20 @@ def write_task(root: Path, dockerfile: str = "FROM mirl-base\nWORKDIR /app\n", t
 def docker_host():
     """DOCKER_HOST of an answering Docker-API engine, starting podman's service when needed.
 
-    Skips (saying what to install) when there is neither an engine nor podman. The service is
+    With neither an engine nor podman, or when podman's service does not start, `missing()`:
+    a failure under the README's set-up, a skip saying what to install elsewhere. The service is
     left running for other test runs; `mirl.sandbox.podman.stop_service()` ends it.
     """
     from mirl.sandbox.base import SandboxError
     from mirl.sandbox.podman import ensure_service, find_engine
 
     if find_engine() is None and shutil.which("podman") is None:
-        pytest.skip("needs a Docker-API engine: `apt-get install podman runc` (or run Docker and set DOCKER_HOST)")
+        missing("a Docker-API engine: none answers (DOCKER_HOST, podman's socket) and podman is not installed",
+                "`apt-get install podman runc`, or run Docker and set DOCKER_HOST")
     try:
         return ensure_service()
     except SandboxError as e:
-        pytest.skip(f"no Docker-API engine: {e}")
+        missing(f"a Docker-API engine: {e}")
 
 
 @pytest.fixture(scope="session")
@@ -53,13 +57,34 @@ def docker_sandbox(docker_host):
     from mirl.sandbox.docker_backend import DockerSandbox
 
     if image.rootfs_state() == "missing" and shutil.which("debootstrap") is None:
-        pytest.skip("needs the base root filesystem: `apt-get install debootstrap` then `mirl image build`")
+        missing("the base root filesystem, and debootstrap to build it", "`apt-get install debootstrap` then `mirl image build`")
     sandbox = DockerSandbox(SandboxConfig(backend="docker"))
     try:
         sandbox.base_image()
     except SandboxError as e:
-        pytest.skip(f"base image unavailable: {e}")
+        missing(f"the base image {sandbox.config.base_image}: {e}", "`mirl image build`")
     return sandbox
+
+
+def require_bwrap(config=None):
+    """A BwrapSandbox, or `missing()` saying why the bwrap backend cannot run here.
+
+    For fixtures and helpers of any test file: under the README's set-up a missing or broken
+    bubblewrap, root or base root filesystem fails the test with the reason.
+    """
+    from mirl.sandbox import bwrap_backend
+    from mirl.sandbox.base import SandboxConfig
+
+    reason = bwrap_backend.problem()
+    if reason is not None:
+        missing(f"the bwrap backend: {reason}")
+    return bwrap_backend.BwrapSandbox(config or SandboxConfig(backend="bwrap"))
+
+
+@pytest.fixture(scope="session")
+def bwrap_sandbox():
+    """A BwrapSandbox on the base root filesystem (see `require_bwrap`)."""
+    return require_bwrap()
 
 
 @pytest.fixture

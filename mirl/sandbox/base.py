@@ -16,11 +16,13 @@
 - Output is capped at `SandboxConfig.output_limit` characters (10,000 by default): the head and
   the tail are kept with a marker saying how much was elided. A 1 GB flood neither hangs nor
   exhausts memory. Bytes that are not UTF-8 are shown with replacement characters.
-- `Session.verify()` runs only after the agent is done: it copies the task's `tests/` to `/tests`,
-  runs the test script (`bash /tests/test.sh`; Terminal-Bench 1: `bash /tests/run-tests.sh`) under
-  the task's verifier timeout and reads `/logs/verifier/reward.txt` (a float) or `reward.json`
-  (`{"reward": x}`). A missing or unreadable reward file scores 0 and is recorded as a verifier
-  error. Terminal-Bench 1 tasks, which write no reward file, score 1 when the script exits 0.
+- `Session.verify()` runs only after the agent is done: it empties `/logs/verifier`, copies the
+  task's `tests/` to a fresh `/tests`, runs the test script (`bash /tests/test.sh`; Terminal-Bench 1:
+  `bash /tests/run-tests.sh`) under the task's verifier timeout and reads
+  `/logs/verifier/reward.json` (`{"reward": x}`), else `reward.txt` (a float). A verifier that
+  times out, and a missing, empty or non-finite reward file, score 0 with the reason in `error`.
+  Terminal-Bench 1 tasks that write no reward file score 1 when the script exits 0. The rule
+  lives in one place, `mirl.sandbox.verifier`, for every backend.
 - `Session.close()` always cleans up (container, mounts, temp dirs, processes); sessions are
   context managers and closing twice is harmless.
 
@@ -150,28 +152,4 @@ class HeadTailBuffer:
 def tail_lines(text: str, n: int) -> str:
     return "\n".join(text.splitlines()[-n:])
 
-
-def parse_reward(reward_txt: str | None, reward_json: str | None) -> tuple[float, str | None]:
-    """Reward from the verifier's files: (reward, error). reward.txt wins over reward.json."""
-    import json
-    import math
-
-    if reward_txt is not None and reward_txt.strip():
-        try:
-            value = float(reward_txt.strip().split()[0])
-            if math.isfinite(value):
-                return value, None
-        except ValueError:
-            pass
-        return 0.0, f"reward.txt is not a number: {reward_txt.strip()[:80]!r}"
-    if reward_json is not None and reward_json.strip():
-        try:
-            data = json.loads(reward_json)
-            value = float(data["reward"] if isinstance(data, dict) else data)
-            if math.isfinite(value):
-                return value, None
-        except (ValueError, KeyError, TypeError):
-            pass
-        return 0.0, f"reward.json has no numeric reward: {reward_json.strip()[:80]!r}"
-    return 0.0, "no reward file written to /logs/verifier (reward.txt or reward.json)"
 

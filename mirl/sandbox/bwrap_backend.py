@@ -45,6 +45,7 @@ from mirl.sandbox.base import (
 )
 from mirl.sandbox.channel import Channel
 from mirl.sandbox.init_script import INIT_CODE
+from mirl.sandbox.owner import owner_gone, owner_id
 from mirl.sandbox.process import MARKER_VAR, PidsCgroup, collect, enlarge_pipe
 from mirl.sandbox.verifier import run_verifier
 from mirl.tasks import Task
@@ -59,6 +60,8 @@ CAPABILITIES = (
 )
 PIDS_LIMIT = 1024
 START_TIMEOUT_S = 15.0
+TMP_PREFIX, OWNER_FILE = "mirl-bwrap-", ".mirl-owner"
+_swept = False
 KILL_REPLY_S = 1.8  # kill_tree gives up after 1.5 s; the call must return within timeout + 2 s
 
 
@@ -66,16 +69,47 @@ def rootfs_path() -> Path:
     return Path(user_cache_dir()) / "base" / "rootfs"
 
 
+def problem() -> str | None:
+    """Why the bwrap backend cannot run here (what to install or build), or None when it can."""
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed: `apt-get install bubblewrap`, or use --sandbox docker"
+    if os.geteuid() != 0:
+        return "the bwrap backend mounts an overlay and needs root; use --sandbox docker otherwise"
+    rootfs = rootfs_path()
+    if not (rootfs / "bin").exists():
+        return f"no base root filesystem at {rootfs}: run `mirl image build` first"
+    try:
+        r = subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"`bwrap --version` failed: {e}"
+    if r.returncode != 0:
+        return f"`bwrap --version` exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}"
+    return None
+
+
 def available() -> bool:
     """bwrap is on PATH and runs, we are root (to mount the overlay) and the base rootfs exists."""
-    if shutil.which("bwrap") is None or os.geteuid() != 0:
-        return False
-    if not (rootfs_path() / "bin").exists():
-        return False
-    try:
-        return subprocess.run(["bwrap", "--version"], capture_output=True, timeout=5).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
+    return problem() is None
+
+
+def sweep_stale() -> None:
+    """Once a process: remove the temp dirs and pids cgroups of sessions whose owner was killed.
+
+    Their bwrap died with its parent (and the overlay with its mount namespace); what a SIGKILL
+    leaves are the session's temp dir (the overlay's upper layer) and its empty cgroup."""
+    global _swept
+    if _swept:
+        return
+    _swept = True
+    for d in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*"):
+        try:
+            owner = (d / OWNER_FILE).read_text().strip()
+        except OSError:
+            continue
+        if owner_gone(owner):
+            log.info("removing %s, left by a run that ended without cleaning up", d)
+            shutil.rmtree(d, ignore_errors=True)
+    PidsCgroup.sweep_stale()
 
 
 def _require() -> Path:
@@ -265,7 +299,8 @@ class BwrapSession:
     def __init__(self, task: Task, config: SandboxConfig, lowers: list[Path], workdir: str, env: dict[str, str]):
         self.task, self.config = task, config
         self.workdir = workdir
-        self.tmp = Path(tempfile.mkdtemp(prefix="mirl-bwrap-"))
+        self.tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+        (self.tmp / OWNER_FILE).write_text(owner_id())  # lets a later run sweep it if this one is killed
         network = bool(config.allow_internet and task.allow_internet)
         base_env = {"PATH": layers.DEFAULT_PATH, "HOME": "/root", "HOSTNAME": "sandbox", **env}
         try:
@@ -288,7 +323,8 @@ class BwrapSession:
                     tf.add(self.task.test_script, arcname="run-tests.sh")
             f.seek(0)
             res = self.box.exec(
-                "rm -rf /tests && mkdir -p /tests /logs/verifier && tar -xf - -C /tests --no-same-owner",
+                "rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier && chmod 777 /logs/verifier "
+                "&& tar -xf - -C /tests --no-same-owner",
                 60, 4000, "/", None, f.fileno(),
             )
         if res.exit_code != 0:
@@ -329,6 +365,7 @@ class BwrapSandbox:
 
     def start(self, task: Task) -> BwrapSession:
         rootfs = _require()
+        sweep_stale()
         plan = layers.plan(task)
         if plan.base_image:
             log.info("task %s: FROM %s is substituted by the base root filesystem %s", task.id, plan.base_image, rootfs)

@@ -33,8 +33,6 @@ from mirl.sandbox.base import (
     SandboxConfig,
     SandboxError,
     VerifyResult,
-    parse_reward,
-    tail_lines,
 )
 from mirl.sandbox.docker_images import (
     TaskImages,
@@ -44,6 +42,8 @@ from mirl.sandbox.docker_images import (
     engine_available,
     safe_name,
 )
+from mirl.sandbox.owner import owner_gone, owner_id
+from mirl.sandbox.verifier import run_verifier
 from mirl.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -92,12 +92,15 @@ class DockerSandbox(TaskImages):
     # --- sessions -------------------------------------------------------------------------
 
     def _prune_exited(self) -> None:
-        """Remove stopped session containers left by killed processes (never running ones)."""
+        """Remove session containers left behind: stopped ones, and running ones whose owner process
+        (label `mirl.owner`, see `mirl.sandbox.owner`) is gone, e.g. a run killed with SIGKILL."""
         try:
-            for c in self.client.containers.list(all=True, filters={"label": "mirl.task", "status": "exited"}):
-                c.remove(force=True)
+            for c in self.client.containers.list(all=True, filters={"label": "mirl.task"}):
+                if c.status == "exited" or owner_gone(c.labels.get("mirl.owner", "")):
+                    log.info("removing container %s of task %s left by an ended run", c.short_id, c.labels.get("mirl.task"))
+                    c.remove(force=True)
         except Exception as e:
-            log.debug("pruning exited containers failed: %s", e)
+            log.debug("pruning left-over containers failed: %s", e)
 
     def start(self, task: Task) -> DockerSession:
         import docker
@@ -117,7 +120,7 @@ class DockerSandbox(TaskImages):
             entrypoint = ["sleep", "infinity"]
         kwargs = dict(
             entrypoint=entrypoint, command=[], detach=True, working_dir=workdir, stdin_open=True,
-            environment=dict(task.env), hostname="sandbox", labels={"mirl.task": task.id},
+            environment=dict(task.env), hostname="sandbox", labels={"mirl.task": task.id, "mirl.owner": owner_id()},
             nano_cpus=int(max(0.1, task.cpus) * 1e9), mem_limit=f"{max(64, int(task.memory_mb))}m",
             pids_limit=PIDS_LIMIT, stop_signal="SIGKILL",
         )
@@ -467,31 +470,17 @@ class DockerSession:
 
     # --- verification ---------------------------------------------------------------------
 
-    def verify(self) -> VerifyResult:
+    def _put_tests(self) -> None:
+        """An empty /logs/verifier and a fresh /tests holding the task's tests (run-tests.sh for TB1)."""
         task = self.task
-        tb1 = task.layout == "terminal-bench"
-        extra = {"run-tests.sh": task.test_script} if tb1 else {}
-        started = time.monotonic()
-        self.run("rm -rf /tests /logs/verifier && mkdir -p /logs/verifier && chmod 777 /logs/verifier", timeout=30)
+        extra = {"run-tests.sh": task.test_script} if task.layout == "terminal-bench" else {}
+        res = self.run("rm -rf /tests /logs/verifier && mkdir -p /logs/verifier && chmod 777 /logs/verifier", timeout=30)
+        if res.exit_code != 0:
+            raise SandboxError(f"could not reset /tests and /logs/verifier: {res.output.strip()[-400:]}")
         self.container.put_archive("/", _tree_tar(task.tests_dir, "tests", extra))
-        script = "/tests/run-tests.sh" if tb1 else "/tests/test.sh"
-        env = {"TEST_DIR": "/tests", **task.verifier_env}
-        result = self.run(f"bash {script}", timeout=task.verifier_timeout_s, env=env,
-                          output_limit=max(self.config.output_limit, 20_000))
-        tail = tail_lines(result.output, self.config.verifier_tail_lines)
-        duration = time.monotonic() - started
-        if tb1:
-            reward = 1.0 if result.exit_code == 0 and not result.timed_out else 0.0
-            return VerifyResult(reward, result.exit_code, duration, tail, None, result.timed_out)
-        txt = self.read_file("/logs/verifier/reward.txt")
-        js = self.read_file("/logs/verifier/reward.json")
-        reward, error = parse_reward(
-            txt.decode("utf-8", "replace") if txt is not None else None,
-            js.decode("utf-8", "replace") if js is not None else None,
-        )
-        if result.timed_out:
-            error = f"verifier timed out after {task.verifier_timeout_s:.0f} s" + (f"; {error}" if error else "")
-        return VerifyResult(reward, result.exit_code, duration, tail, error, result.timed_out)
+
+    def verify(self) -> VerifyResult:
+        return run_verifier(self, self._put_tests)
 
     # --- cleanup --------------------------------------------------------------------------
 

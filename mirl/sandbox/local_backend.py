@@ -330,19 +330,19 @@ class LocalSession:
         return self._exec(command, timeout, env)
 
     def _put_tests(self) -> None:
-        dest = self.root / "tests"
-        # empty it in place: the runner's namespace has this very directory bound on /tests
-        dest.mkdir(parents=True, exist_ok=True)
-        for entry in dest.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
+        dest, logs = self.root / "tests", self.root / "logs" / "verifier"
+        # empty them in place: the runner's namespace has /logs and /tests bound on these directories
+        for d in (dest, logs):
+            d.mkdir(parents=True, exist_ok=True)
+            for entry in d.iterdir():
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
         if self.task.tests_dir.is_dir():
             shutil.copytree(self.task.tests_dir, dest, symlinks=True, dirs_exist_ok=True)
         if self.task.layout == "terminal-bench":
             shutil.copy2(self.task.test_script, dest / "run-tests.sh")
-        (self.root / "logs" / "verifier").mkdir(parents=True, exist_ok=True)
 
     def read_file(self, path: str) -> str | None:
         try:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from mirl.sandbox.base import HeadTailBuffer
+from mirl.sandbox.owner import owner_gone, owner_id
 
 log = logging.getLogger(__name__)
 
@@ -264,9 +265,10 @@ class PidsCgroup:
 
     @classmethod
     def create(cls, name: str, limit: int) -> PidsCgroup | None:
+        """A group named `name` plus its owner (this process), so `sweep_stale` can find it orphaned."""
         if os.geteuid() != 0 or not (PIDS_ROOT / "cgroup.procs").exists():
             return None
-        path = PIDS_ROOT / name
+        path = PIDS_ROOT / f"{name}_{owner_id()}"
         try:
             path.mkdir()
             (path / "pids.max").write_text(str(limit))
@@ -286,6 +288,19 @@ class PidsCgroup:
             os.write(fd, b"0")
         finally:
             os.close(fd)
+
+    @classmethod
+    def sweep_stale(cls, prefix: str = "mirl-") -> int:
+        """Remove the groups (and kill the processes) whose owning process is gone; how many."""
+        try:
+            entries = [p for p in PIDS_ROOT.iterdir() if p.name.startswith(prefix) and "_" in p.name]
+        except OSError:
+            return 0
+        stale = [p for p in entries if owner_gone(p.name.rsplit("_", 1)[1])]
+        for path in stale:
+            log.info("removing the pids cgroup %s of a run that ended without cleaning up", path.name)
+            cls(path).remove()
+        return len(stale)
 
     def pids(self) -> list[int]:
         try:

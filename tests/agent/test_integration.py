@@ -12,22 +12,17 @@ from mirl.tasks import load_task
 BUNDLED = Path(__file__).resolve().parents[2] / "tasks"
 
 
-def _sandbox(backend):
-    if backend == "bwrap":
-        try:
-            from mirl.sandbox.bwrap_backend import available
-        except ImportError as e:
-            pytest.skip(f"bubblewrap backend not importable: {e}")
-        if not available():
-            pytest.skip("bubblewrap or the base root filesystem is unavailable (`mirl image build`)")
-    else:
-        from mirl.sandbox.docker_backend import engine_available
-
-        if not engine_available():
-            pytest.skip("no Docker-API engine (start `podman system service`, set DOCKER_HOST)")
+def _sandbox(request, backend):
+    """The backend as users get it, once the shared fixture found it can run (else `missing()`)."""
     from mirl.sandbox.select import make_sandbox
 
+    request.getfixturevalue(f"{backend}_sandbox")
     return make_sandbox(SandboxConfig(backend=backend))
+
+
+def _no_sandbox_error(t) -> None:
+    """An episode the sandbox ended (exit_reason "error" from a SandboxError) is a failure, never a skip."""
+    assert not (t.exit_reason == "error" and "SandboxError" in (t.error or "")), f"the sandbox failed: {t.error}"
 
 
 BACKENDS = [pytest.param("docker", marks=pytest.mark.podman), pytest.param("bwrap", marks=pytest.mark.bwrap)]
@@ -35,15 +30,14 @@ BACKENDS = [pytest.param("docker", marks=pytest.mark.podman), pytest.param("bwra
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_scripted_episode_and_prefix_restore(tmp_path, backend):
+def test_scripted_episode_and_prefix_restore(request, tmp_path, backend):
     from mirl.llm.scripted import ScriptedModel
 
-    sandbox = _sandbox(backend)
+    sandbox = _sandbox(request, backend)
     task = load_task(write_hello_task(tmp_path))
     replies = [bash("pwd && ls -a"), bash("echo hi > /app/hello.txt && cat /app/hello.txt"), SUBMIT]
     t = run_episode(task, sandbox, ScriptedModel(replies), seed=0)
-    if t.exit_reason == "error" and "SandboxError" in (t.error or ""):
-        pytest.skip(f"{backend} sandbox cannot start: {t.error}")
+    _no_sandbox_error(t)
     assert t.exit_reason == "submitted", t.error
     assert t.reward == 1.0 and t.verifier_error is None
     assert t.steps[0].output.startswith("/app\n") and t.steps[1].output == "hi\n"
@@ -69,13 +63,12 @@ def smollm2(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_smollm2_plays_three_steps(tmp_path, backend, smollm2):
-    sandbox = _sandbox(backend)
+def test_smollm2_plays_three_steps(request, tmp_path, backend, smollm2):
+    sandbox = _sandbox(request, backend)
     task = load_task(BUNDLED / "count-lines")  # a bundled task, as users run them
     cfg = AgentConfig(max_steps=3, max_output_tokens=48, agent_timeout_s=600)  # a busy CPU is slow
     t = run_episode(task, sandbox, smollm2, cfg, seed=1)
-    if t.exit_reason == "error" and "SandboxError" in (t.error or ""):
-        pytest.skip(f"{backend} sandbox cannot start: {t.error}")
+    _no_sandbox_error(t)
     assert t.exit_reason in ("step_limit", "submitted"), t.error
     assert 1 <= len(t.steps) <= 3 and t.models["policy"] == "local/smollm2"
     assert all(s.output_tokens > 0 and s.input_tokens > 0 for s in t.steps)

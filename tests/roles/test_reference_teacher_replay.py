@@ -12,28 +12,17 @@ REPO = Path(__file__).resolve().parents[2]
 TASKS = ["git-revert-bad-commit", "stop-one-worker", "start-health-service", "c-fix-compile-errors", "git-recover-deleted-file"]
 
 
-def _bwrap_sandbox():
-    from mirl.sandbox import bwrap_backend
-    from mirl.sandbox.base import SandboxConfig
-    from mirl.sandbox.select import make_sandbox
-
-    if not bwrap_backend.available():
-        pytest.skip("bubblewrap or the base root filesystem is not available")
-    return make_sandbox(SandboxConfig(backend="bwrap"))
-
-
 @pytest.mark.bwrap
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", TASKS)
-def test_step_by_step_replay_passes_the_verifier(name):
+def test_step_by_step_replay_passes_the_verifier(name, bwrap_sandbox):
     root = REPO / "tasks" / name
-    if not (root / "solution" / "solve.sh").is_file():
-        pytest.skip(f"task {name} is not bundled")
+    assert (root / "solution" / "solve.sh").is_file(), f"bundled task {name} lost its solution/solve.sh"
     task = load_task(root)
     teacher = ReferenceTeacher()
     history = []
-    with _bwrap_sandbox().start(task) as session:
+    with bwrap_sandbox.start(task) as session:
         while (step := teacher.propose(task, history)) is not None:
             result = session.run(step.command)
             step.output, step.exit_code = result.output, result.exit_code

@@ -1,30 +1,23 @@
-"""The bubblewrap backend: its layer building, its confinement and its speed."""
+"""The bubblewrap backend: its layer building and its confinement (its speed: benchmarks/sandbox.py)."""
 
 from __future__ import annotations
 
 import logging
-import statistics
-import time
+from pathlib import Path
 
 import pytest
-from conftest import data_task
+from sandbox_helpers import data_task
 
 from mirl.sandbox import bwrap_backend
 from mirl.sandbox.base import SandboxConfig, SandboxError
 from mirl.sandbox.select import make_sandbox
 
-pytestmark = [
-    pytest.mark.bwrap,
-    pytest.mark.timeout(120),
-    pytest.mark.skipif(
-        not bwrap_backend.available(),
-        reason="needs root, `apt-get install bubblewrap` and the base rootfs (`mirl image build`)",
-    ),
-]
+pytestmark = [pytest.mark.bwrap, pytest.mark.timeout(120)]
 
 
 @pytest.fixture
-def sandbox():
+def sandbox(bwrap_sandbox):
+    """The backend as users get it (`make_sandbox`), once `bwrap_sandbox` found it can run here."""
     return make_sandbox(SandboxConfig(backend="bwrap"))
 
 
@@ -70,11 +63,12 @@ def test_failing_run_line_reports_its_output(sandbox, task_factory):
 
 
 def test_layer_is_built_once_and_reused(sandbox, task_factory):
-    task = task_factory("cached", dockerfile="FROM x\nWORKDIR /w\nRUN echo $RANDOM > /w/random\n")
+    task = task_factory("cached", dockerfile="FROM x\nWORKDIR /w\nRUN cat /proc/sys/kernel/random/uuid > /w/random\n")
     with sandbox.start(task) as s:
         first = s.run("cat /w/random").output
+    assert len(first.strip()) == 36, first  # the RUN line ran once (RUN is /bin/sh: no $RANDOM) ...
     with sandbox.start(task) as s:
-        assert s.run("cat /w/random").output == first  # the RUN line did not run again
+        assert s.run("cat /w/random").output == first  # ... and not again
 
 
 def test_no_admin_capabilities_inside(sandbox):
@@ -88,28 +82,12 @@ def test_no_admin_capabilities_inside(sandbox):
 
 def test_close_leaves_no_mounts_or_temp_dirs(sandbox):
     s = sandbox.start(data_task("contract-basic"))
-    tmp = str(s.tmp)
-    s.run("echo data > /app/x")
+    tmp, pid = str(s.tmp), s.box.proc.pid
+    assert s.run("echo data > /app/x && cat /app/x").output == "data\n"
+    with open(f"/proc/{pid}/mountinfo") as f:  # the overlay exists, in the sandbox's own namespace only
+        assert f"{tmp}/root" in f.read()
     s.close()
-    with open("/proc/self/mountinfo") as f:
-        assert tmp not in f.read()
-    assert not s.tmp.exists()
-
-
-def test_start_and_command_latency(sandbox, capsys):
-    task = data_task("contract-basic")
-    sandbox.start(task).close()  # builds the cached layer
-    starts, commands = [], []
-    for _ in range(5):
-        t0 = time.monotonic()
-        s = sandbox.start(task)
-        starts.append(time.monotonic() - t0)
-        for _ in range(5):
-            t0 = time.monotonic()
-            s.run("true")
-            commands.append(time.monotonic() - t0)
-        s.close()
-    start_ms, cmd_ms = statistics.median(starts) * 1000, statistics.median(commands) * 1000
-    with capsys.disabled():
-        print(f"\nbwrap: session start median {start_ms:.0f} ms, per-command median {cmd_ms:.1f} ms")
-    assert start_ms < 500 and cmd_ms < 100  # targets: 100 ms and ~10 ms on an idle machine
+    for mounts in ("/proc/self/mountinfo", "/proc/1/mountinfo"):
+        with open(mounts) as f:
+            assert tmp not in f.read()
+    assert not Path(f"/proc/{pid}").exists() and not s.tmp.exists()

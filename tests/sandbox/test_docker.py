@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-import resource
 import time
 import uuid
 
 import pytest
+from sandbox_helpers import PeakCount, flood_in_fresh_process, wait_until_gone
 
 from mirl.sandbox.base import SandboxConfig
 from mirl.sandbox.docker_backend import PIDS_LIMIT, DockerSandbox, build_failure, context_hash, safe_name
@@ -64,15 +64,27 @@ def test_build_failure_names_missing_apt_packages():
 # --- images -------------------------------------------------------------------------------
 
 
-def test_unpullable_from_is_substituted_and_image_is_cached(docker_sandbox, task, task_factory, caplog):
+def _expected_digest(sandbox, task) -> str:
+    """The content hash of the task's context and its Dockerfile with FROM replaced by the base image."""
+    text = task.dockerfile.read_text().replace("ghcr.io/nowhere/unpullable-image:1.0", sandbox.config.base_image)
+    return context_hash(task.context_dir, text, sandbox.client.images.get(sandbox.config.base_image).id)
+
+
+def test_unpullable_from_is_substituted_and_image_is_cached(docker_sandbox, task, task_factory, caplog, monkeypatch):
     caplog.set_level(logging.WARNING)
     tag = docker_sandbox.image_for(task)
-    assert tag.startswith("mirl-task-hello:")
-    t0 = time.monotonic()
-    assert docker_sandbox.image_for(task) == tag  # cached by content hash
-    assert time.monotonic() - t0 < 2.0
+    assert tag == f"mirl-task-hello:{_expected_digest(docker_sandbox, task)[:12]}"
+    assert "ghcr.io/nowhere/unpullable-image:1.0" in caplog.text
+    image_id = docker_sandbox.client.images.get(tag).id
+    # a fresh sandbox (nothing remembered in memory) finds the image by its content hash: no build
+    fresh = DockerSandbox(docker_sandbox.config, client=docker_sandbox.client)
+    builds = []
+    real_build = fresh.client.api.build
+    monkeypatch.setattr(fresh.client.api, "build", lambda *a, **k: builds.append(k) or real_build(*a, **k))
+    assert fresh.image_for(task) == tag and builds == []
+    assert docker_sandbox.client.images.get(tag).id == image_id
     other = task_factory("hello2", dockerfile=DOCKERFILE, files={"data.txt": "changed\n"})
-    assert docker_sandbox.image_for(other).split(":")[1] != tag.split(":")[1]
+    assert fresh.image_for(other) == f"mirl-task-hello2:{_expected_digest(fresh, other)[:12]}" and len(builds) == 1
 
 
 def test_multi_stage_names_are_not_substituted(docker_sandbox, task_factory):
@@ -117,8 +129,8 @@ def test_non_utf8_output_is_replaced(session):
 
 def test_background_child_does_not_hang_the_call(session):
     t0 = time.monotonic()
-    r = session.run("sleep 30 & echo started")
-    assert time.monotonic() - t0 < 3 and r.output == "started\n"
+    r = session.run("sleep 30 & echo started", timeout=60)
+    assert time.monotonic() - t0 < 25 and (r.output, r.timed_out) == ("started\n", False)  # not the child's 30 s
     assert "sleep 30" in session.run("ps -eo args").output  # background processes survive
 
 
@@ -127,23 +139,19 @@ def test_timeout_kills_the_whole_tree_and_returns_in_time(session):
     r = session.run("sleep 1000 & (sleep 999; echo never) & while true; do :; done", timeout=2)
     elapsed = time.monotonic() - t0
     assert r.timed_out and r.exit_code == 124
-    assert elapsed < 4.0
+    assert 2 <= elapsed < 60
     procs = session.run("ps -eo args").output
     assert "sleep 1000" not in procs and "sleep 999" not in procs
 
 
-def test_output_flood_is_capped_without_hanging(docker_sandbox, task):
-    config = SandboxConfig(backend="docker", output_limit=2000)
-    sandbox = DockerSandbox(config, client=docker_sandbox.client)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with sandbox.start(task) as s:
-        t0 = time.monotonic()
-        r = s.run("head -c 1000000000 /dev/zero | tr '\\0' a; echo; echo END", timeout=60)
-        elapsed = time.monotonic() - t0
-    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-    assert r.truncated and len(r.output) < 2200 and r.output.endswith("END\n"), r.output[-100:]
-    assert "bytes of output elided" in r.output
-    assert elapsed < 62 and grown_mb < 200
+@pytest.mark.parametrize("mode", ["pid1", "exec"])
+def test_output_flood_is_capped_in_bounded_memory(docker_sandbox, mode):
+    r = flood_in_fresh_process("docker", "head -c 1000000000 /dev/zero | tr '\\0' a; echo; echo END", 2000,
+                               use_pid1=mode == "pid1")
+    assert (r["exit_code"], r["truncated"], r["timed_out"]) == (0, True, False)
+    elided = 1_000_000_000 + len("\nEND\n") - 2000
+    assert r["output"] == "a" * 1000 + f"\n[... {elided} bytes of output elided ...]\n" + "a" * 995 + "\nEND\n"
+    assert r["grown_mb"] < 200, f"memory grew by {r['grown_mb']:.0f} MB"
 
 
 def test_verify_reads_reward_and_resets_logs(session):
@@ -197,12 +205,16 @@ def test_writes_stay_inside_and_next_session_is_clean(docker_sandbox, task):
     assert "No such file" in r.output and "line one" in r.output
 
 
-def test_host_env_and_home_are_not_visible(session, monkeypatch):
+@pytest.mark.parametrize("mode", ["pid1", "exec"])
+def test_host_env_and_home_are_not_visible(docker_sandbox, task, monkeypatch, mode):
     secret = uuid.uuid4().hex
-    monkeypatch.setenv("MIRL_TEST_SECRET", secret)
-    r = session.run("env; ls -a /root; cat /proc/1/environ | tr '\\0' '\\n'")
-    assert secret not in r.output
-    assert "mirl" not in session.run("ls -a /root/.cache 2>&1").output
+    monkeypatch.setenv("MIRL_TEST_SECRET", secret)  # before the session starts, so it could leak into it
+    sandbox = DockerSandbox(docker_sandbox.config, client=docker_sandbox.client, use_pid1=mode == "pid1")
+    with sandbox.start(task) as s:
+        r = s.run("env; ls -a /root; cat /proc/1/environ | tr '\\0' '\\n'")
+        cache = s.run("ls -a /root/.cache 2>&1").output
+    assert "GREETING=hello" in r.output and secret not in r.output
+    assert "mirl" not in cache
 
 
 def test_network_is_disabled_unless_allowed(docker_sandbox, task):
@@ -221,18 +233,22 @@ def test_network_when_task_and_config_allow(docker_sandbox, task_factory):
     assert out != "0"
 
 
-def test_fork_bomb_is_contained(session):
-    t0 = time.monotonic()
-    session.run(":(){ :|:& };:", timeout=5)
-    assert time.monotonic() - t0 < 8
-    assert os.system("true") == 0  # the host still forks
+def test_background_fork_bomb_is_contained(session):
+    """The classic bomb backgrounds itself and the command returns: it must still hit the pids limit."""
+    token = f"MIRL_BOMB={uuid.uuid4().hex}"
+    counter = PeakCount(token)
+    counter.start()
+    r = session.run(f"env {token} bash -c ':(){{ :|:& }};:'; sleep 3", timeout=5)
+    peak = counter.stop()
+    assert 100 < peak <= PIDS_LIMIT, f"peak of {peak} processes: the bomb did not run, or was not bounded"
     if session._pid1 is None:
+        assert r.exit_code in (0, 124), r.output[-300:]
         return  # exec mode: contained by the pids limit; the session may stay saturated until closed
     # PID 1 clears a saturated process table before the next command, so the session stays usable
-    t0 = time.monotonic()
-    r = session.run("echo alive; ls /proc | grep -c '^[0-9]'", timeout=10)
-    assert "alive\n" in r.output and not r.timed_out and time.monotonic() - t0 < 12, r.output[-300:]
-    assert int(r.output.split()[-1]) <= PIDS_LIMIT
+    after = session.run("echo alive; ls /proc | grep -c '^[0-9]'", timeout=10)
+    assert "alive\n" in after.output and not after.timed_out, after.output[-300:]
+    assert int(after.output.split()[-1]) < 10, after.output[-300:]  # the bomb is gone, not just capped
+    assert wait_until_gone(token) == []
 
 
 def test_image_without_python_falls_back_to_exec(docker_sandbox, task_factory):
@@ -244,10 +260,9 @@ def test_image_without_python_falls_back_to_exec(docker_sandbox, task_factory):
 
 
 def test_kill_all_processes_leaves_the_container_usable(session):
-    session.run("sleep 500 &")
-    t0 = time.monotonic()
-    session.run("kill -9 -1", timeout=10)  # every process but the shell itself and the container's init
-    assert time.monotonic() - t0 < 5
+    assert "sleep 500" in session.run("sleep 500 & sleep 0.2; ps -eo args").output
+    r = session.run("kill -9 -1", timeout=10)  # every process but the shell itself and the container's init
+    assert not r.timed_out
     after = session.run("echo still here; ps -eo args")
     assert after.output.startswith("still here\n") and "sleep 500" not in after.output
 
@@ -258,9 +273,7 @@ def test_close_removes_container_with_daemons_and_is_idempotent(docker_sandbox, 
     s = docker_sandbox.start(task)
     s.run("nohup sleep 777 >/dev/null 2>&1 & setsid sleep 778 &")
     cid = s.container.id
-    t0 = time.monotonic()
     s.close()
-    assert time.monotonic() - t0 < 5
     s.close()
     with pytest.raises(docker.errors.NotFound):
         docker_sandbox.client.containers.get(cid)

@@ -10,6 +10,7 @@ import pytest
 
 from mirl.sandbox import image
 from mirl.sandbox.base import SandboxError
+from tests.real import missing
 
 PACKAGES = ("python3", "jq")
 
@@ -85,7 +86,7 @@ def test_base_image_in_the_engine_is_current(docker_sandbox):
 @pytest.mark.parametrize("via", ["sdk", "podman"])
 def test_import_labels_the_image_and_reuses_it(docker_sandbox, tmp_path, via):
     if via == "podman" and shutil.which("podman") is None:
-        pytest.skip("needs the podman CLI: `apt-get install podman`")
+        missing("the podman CLI", "`apt-get install podman runc`")
     root = fake_rootfs(tmp_path / "rootfs")
     image.build_rootfs(root, PACKAGES)
     engine = docker_sandbox.client if via == "sdk" else "podman"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import data_task
+from sandbox_helpers import data_task
 
 from mirl.sandbox import layers
 from mirl.sandbox.base import SandboxError

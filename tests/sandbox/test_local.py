@@ -6,11 +6,12 @@ import logging
 import os
 
 import pytest
-from conftest import data_task
+from sandbox_helpers import data_task
 
 from mirl.sandbox import local_backend
 from mirl.sandbox.base import SandboxConfig
 from mirl.sandbox.select import make_sandbox
+from tests.real import missing
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -38,8 +39,9 @@ def test_auto_never_picks_local(monkeypatch):
         make_sandbox(SandboxConfig(backend="auto"))
 
 
-@pytest.mark.skipif(not local_backend.unshare_works(), reason="needs root and `unshare --mount`")
 def test_absolute_paths_resolve_without_touching_the_host(sandbox):
+    if not local_backend.unshare_works():
+        missing("root and a working `unshare --mount --propagation private`", "run as root where mounts are allowed")
     before = set(os.listdir("/app")) if os.path.isdir("/app") else set()
     with sandbox.start(data_task("contract-basic")) as s:
         r = s.run("echo new > /app/created.txt && cat /app/data.txt /app/built.txt && ls /tests | wc -l")

@@ -1,0 +1,78 @@
+"""Helpers for the sandbox tests: bundled test tasks and host-side probes of sandboxed processes.
+
+A module of its own name (not conftest) so that `from sandbox_helpers import ...` finds it
+whichever other test directories' conftest modules pytest has loaded in the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from mirl.tasks import load_task
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "tasks"
+
+
+def data_task(name: str):
+    return load_task(DATA / name)
+
+
+def host_pids_with(token: str) -> list[int]:
+    """Host pids whose environment holds `token` (sandboxed processes are host processes too)."""
+    needle, found = token.encode(), []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if needle in f.read().split(b"\0"):
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+def wait_until_gone(token: str, within_s: float = 15) -> list[int]:
+    """Host pids still holding `token` after waiting up to `within_s` for them to end."""
+    deadline = time.monotonic() + within_s
+    while (left := host_pids_with(token)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+class PeakCount(threading.Thread):
+    """Samples `len(host_pids_with(token))` until stopped; `peak` is the largest count seen."""
+
+    def __init__(self, token: str):
+        super().__init__(daemon=True)
+        self.token, self.peak, self.stopped = token, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            self.peak = max(self.peak, len(host_pids_with(self.token)))
+            self.stopped.wait(0.05)
+
+    def stop(self) -> int:
+        self.stopped.set()
+        self.join(10)
+        return self.peak
+
+
+def flood_in_fresh_process(backend: str, command: str, output_limit: int, use_pid1: bool = True) -> dict:
+    """Run `command` in a session of `backend` inside a fresh interpreter (see flood_probe.py).
+
+    A fresh process, so that its peak RSS (`ru_maxrss`, which only grows) starts at a known
+    baseline: in the test process itself earlier tests would already have raised it past any bound.
+    """
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+    args = [sys.executable, str(Path(__file__).with_name("flood_probe.py")), backend, command, str(output_limit),
+            "pid1" if use_pid1 else "exec"]
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
