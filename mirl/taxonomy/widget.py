@@ -31,8 +31,8 @@ from mirl.taxonomy.examples import TAXONOMY, Prefixes, matches, run_error_steps
 from mirl.taxonomy.stats import apply_threshold, type_stats
 
 EDITS_DIR = "edits"
-BUTTONS = {"rename": "Rename", "define": "Save definition", "merge": "Merge selected", "split": "Split off examples",
-           "move": "Move examples", "long_tail": "Mark long tail", "undo": "Undo", "save": "Save version"}
+BUTTONS = {"rename": "Rename", "define": "Save definition", "merge": "Merge selected", "split": "Split off",
+           "move": "Move", "long_tail": "Mark long tail", "undo": "Undo", "save": "Save version"}
 CONTROLS = ("curation", "header", "status", "types", "stats", "new-name", "definition", "move-to", "search",
             "examples", "detail", "prefix", "note", "edits", *(f"{b.replace('_', '-')}" for b in BUTTONS))
 MAX_DETAIL = 5  # examples shown in full at once
@@ -200,6 +200,7 @@ class CurationUI:
             return widget
 
         full = w.Layout(width="100%")
+        fit = {"layout": w.Layout(width="auto")}
         self.header = ctl(w.HTML(), "header")
         self.status = ctl(w.HTML(), "status")
         self.types_box = ctl(w.SelectMultiple(description="Types", rows=10, layout=full), "types")
@@ -212,10 +213,10 @@ class CurationUI:
                                      layout=full), "search")
         self.examples_box = ctl(w.SelectMultiple(description="Examples", rows=8, layout=full), "examples")
         self.detail = ctl(w.HTML(), "detail")
-        self.show_prefix = ctl(w.ToggleButton(description="Show prefix", value=False), "prefix")
+        self.show_prefix = ctl(w.ToggleButton(description="Show prefix", value=False, **fit), "prefix")
         self.note = ctl(w.Text(description="Note", placeholder="what this version changes"), "note")
         self.edits_view = ctl(w.HTML(), "edits")
-        self.buttons = {op: ctl(w.Button(description=label, button_style="primary" if op == "save" else ""),
+        self.buttons = {op: ctl(w.Button(description=label, button_style="primary" if op == "save" else "", **fit),
                                 op.replace("_", "-")) for op, label in BUTTONS.items()}
         handlers = {"rename": self._on_rename, "define": self._on_define, "merge": self._on_merge,
                     "split": self._on_split, "move": self._on_move, "long_tail": self._on_long_tail,
@@ -227,16 +228,19 @@ class CurationUI:
         self.examples_box.observe(lambda _: self._refresh_detail(), names="value")
         self.show_prefix.observe(lambda _: self._refresh_detail(), names="value")
         b = self.buttons
+
+        def row(*children):
+            return w.HBox(list(children), layout=w.Layout(flex_flow="row wrap", gap="4px"))
+
+        half = {"layout": w.Layout(width="49%", padding="0 4px 0 0")}
         self.widget = ctl(w.VBox([
             self.header, self.status,
-            w.HBox([w.VBox([self.types_box, self.new_name, self.definition,
-                            w.HBox([b["rename"], b["define"], b["merge"], b["long_tail"]])],
-                           layout=w.Layout(width="50%")),
-                    w.VBox([self.search_box, self.examples_box,
-                            w.HBox([b["split"], self.move_to, b["move"], self.show_prefix])],
-                           layout=w.Layout(width="50%"))]),
+            row(w.VBox([self.types_box, self.new_name, self.definition,
+                        row(b["rename"], b["define"], b["merge"], b["long_tail"])], **half),
+                w.VBox([self.search_box, self.examples_box,
+                        row(b["split"], self.move_to, b["move"], self.show_prefix)], **half)),
             self.detail,
-            w.HBox([b["undo"], self.note, b["save"]]),
+            row(b["undo"], self.note, b["save"]),
             self.edits_view, self.stats_view,
         ]), "curation")
 
@@ -342,7 +346,8 @@ class CurationUI:
                              + (f" · {len(self.touched())} step(s) to re-label" if self.touched() else ""))
         rows = "".join(f"<tr><td>{html.escape(r.type)}</td><td>{r.steps}</td><td>{r.share:.1%}</td><td>{r.envs}</td>"
                        f"<td>{r.status}</td><td>{html.escape(r.definition)}</td></tr>" for r in table.itertuples())
-        self.stats_view.value = ("<table><tr><th>type</th><th>steps</th><th>share</th><th>envs</th><th>status</th>"
+        self.stats_view.value = ("<style>.mirl-stats td, .mirl-stats th {padding: 2px 10px; text-align: left;"
+                                 " vertical-align: top}</style><table><tr><th>type</th><th>steps</th><th>share</th><th>envs</th><th>status</th>"
                                  f"<th>definition</th></tr>{rows}</table>")
         self.edits_view.value = ("<b>Edits since v%03d</b> (%d applied):<br>" % (self.version, n_edits)
                                  + "<br>".join(html.escape(yaml.safe_dump(e, default_flow_style=True, width=1000).strip())
