@@ -230,7 +230,7 @@ class CurationUI:
         b = self.buttons
 
         def row(*children):
-            return w.HBox(list(children), layout=w.Layout(flex_flow="row wrap", gap="4px"))
+            return w.HBox(list(children), layout=w.Layout(flex_flow="row wrap"))
 
         half = {"layout": w.Layout(width="49%", padding="0 4px 0 0")}
         self.widget = ctl(w.VBox([

@@ -1,11 +1,12 @@
 """A small run directory to curate: profiling output (error steps and their trajectories) and a saved
 taxonomy version 1, written with the records classes so every count is known by hand.
 
-    type                    steps                                           share of 9
-    acts without looking    count-lines/0/1, fix-permissions/0/1, parse-logs/0/1   3  kept (>= 0.25)
-    omits runnable command  count-lines/0/3, fix-permissions/0/2                   2  long tail
-    declares done early     count-lines/1/2, parse-logs/0/4                        2  long tail
-    repeats failed command  fix-permissions/0/1, parse-logs/0/2                    2  long tail
+    type                    steps (of 10)                                         steps  envs
+    acts without looking    count-lines/0/1, count-lines/0/2, fix-permissions/0/1,
+                            parse-logs/0/1                                        4      3     kept (>= 0.25)
+    omits runnable command  count-lines/0/3, fix-permissions/0/2                  2      2     long tail
+    declares done early     count-lines/1/2, parse-logs/0/4                       2      2     long tail
+    repeats failed command  fix-permissions/0/1, parse-logs/0/2                   2      2     long tail
     (none: one_off)         count-lines/1/0
 """
 
@@ -32,6 +33,7 @@ TRAJECTORIES = {
 # id -> (reason, description, types)
 FLAGGED = {
     "count-lines/0/1": ("counted lines before reading the file", "counts lines", [A]),
+    "count-lines/0/2": ("printed the file only after counting", "prints the file", [A]),
     "count-lines/0/3": ("the reply had no runnable command", "", [B]),
     "count-lines/1/0": ("listed the directory twice", "lists files", []),
     "count-lines/1/2": ("submitted without checking the count", "submits", [C]),

@@ -146,7 +146,7 @@ def test_merge_by_clicking_in_jupyterlab(tmp_path):
     v2 = store.load(2)
     assert set(v2.names()) == {A, MERGED, D} and v2.parent == 1
     assert [(e["op"], set(e["types"]), e["into"]) for e in v2.edits] == [("merge", {B, C}, MERGED)]
-    assert v2.get(MERGED).status == "kept"  # 4 of 9 steps, over the 0.25 threshold
+    assert v2.get(MERGED).status == "kept"  # 4 of 10 steps, over the 0.25 threshold
     assert {lb.id for lb in store.load_labels(2) if MERGED in lb.types} == {
         "count-lines/0/3", "fix-permissions/0/2", "count-lines/1/2", "parse-logs/0/4"}
     assert B in store.load(1).names() and C in store.load(1).names()  # the old version stays

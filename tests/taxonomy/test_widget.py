@@ -38,16 +38,16 @@ def shown_counts(ui):
 
 
 def test_type_list_shows_counts_shares_and_status(ui):
-    assert shown_counts(ui) == {A: (3, "kept"), B: (2, "long_tail"), C: (2, "long_tail"), D: (2, "long_tail")}
-    assert ui.types_box.options[0] == (f"{A} — 3 steps (33.3%) · kept", A)  # largest share first
-    assert "9 error steps · 4 types · 1 kept" in ui.header.value and "v001" in ui.header.value
-    assert ui.counts() == {A: 3, B: 2, C: 2, D: 2}
-    assert f"<td>{A}</td><td>3</td><td>33.3%</td><td>3</td><td>kept</td>" in ui.stats_view.value
+    assert shown_counts(ui) == {A: (4, "kept"), B: (2, "long_tail"), C: (2, "long_tail"), D: (2, "long_tail")}
+    assert ui.types_box.options[0] == (f"{A} — 4 steps (40.0%) · kept", A)  # largest share first
+    assert "10 error steps · 4 types · 1 kept" in ui.header.value and "v001" in ui.header.value
+    assert ui.counts() == {A: 4, B: 2, C: 2, D: 2}
+    assert f"<td>{A}</td><td>4</td><td>40.0%</td><td>3</td><td>kept</td>" in ui.stats_view.value
 
 
 def test_examples_search_and_detail(ui):
     assert ui.examples() == ALL_IDS
-    assert ui.examples([A]) == ["count-lines/0/1", "fix-permissions/0/1", "parse-logs/0/1"]
+    assert ui.examples([A]) == ["count-lines/0/1", "count-lines/0/2", "fix-permissions/0/1", "parse-logs/0/1"]
     assert ui.search("submitted without") == ["count-lines/1/2", "parse-logs/0/4"]
     assert ui.search("without", types=[A]) == ["fix-permissions/0/1"]  # "opened permissions without looking"
     assert ui.search("chmod") == ["fix-permissions/0/1"]  # the command is searched too
@@ -81,13 +81,14 @@ def test_rename_and_define_through_the_buttons(ui):
     ui.new_name.value = "acts before inspecting"
     ui.buttons["rename"].click()
     assert ui.taxonomy.names()[0] == "acts before inspecting" and A not in ui.taxonomy.names()
-    assert ids_of(ui, "acts before inspecting") == {"count-lines/0/1", "fix-permissions/0/1", "parse-logs/0/1"}
+    assert ids_of(ui, "acts before inspecting") == {"count-lines/0/1", "count-lines/0/2", "fix-permissions/0/1",
+                                                    "parse-logs/0/1"}
     assert ui.types_box.value == ("acts before inspecting",)
     ui.definition.value = "uses output it never read; not a repeat"
     ui.buttons["define"].click()
     assert ui.taxonomy.get("acts before inspecting").definition == "uses output it never read; not a repeat"
-    assert ui.touched() == {"count-lines/0/1", "fix-permissions/0/1", "parse-logs/0/1"}
-    assert "3 step(s) to re-label" in ui.header.value
+    assert ui.touched() == {"count-lines/0/1", "count-lines/0/2", "fix-permissions/0/1", "parse-logs/0/1"}
+    assert "4 step(s) to re-label" in ui.header.value
     assert ui.edits == [{"op": "rename", "type": A, "to": "acts before inspecting"},
                         {"op": "define", "type": "acts before inspecting",
                          "definition": "uses output it never read; not a repeat"}]
@@ -107,13 +108,14 @@ def test_merge_by_clicking_and_by_method(ui):
     assert ui.status.value == ""
     assert ui.taxonomy.names() == [A, "stops without real work", D]
     assert "3 types · 2 kept" in ui.header.value
-    assert shown_counts(ui)["stops without real work"] == (4, "kept")  # as Save will mark it: 4/9 >= 0.25
+    assert shown_counts(ui)["stops without real work"] == (4, "kept")  # as Save will mark it: 4/10 >= 0.25
     assert ids_of(ui, "stops without real work") == {"count-lines/0/3", "fix-permissions/0/2", "count-lines/1/2",
                                                      "parse-logs/0/4"}
     ui.undo()
+    assert shown_counts(ui) == {A: (4, "kept"), B: (2, "long_tail"), C: (2, "long_tail"), D: (2, "long_tail")}
     ui.merge([A, D])  # into the first when no name is given
     assert ui.taxonomy.names() == [A, B, C]
-    assert ui.counts()[A] == 4  # fix-permissions/0/1 carried both: counted once
+    assert ui.counts()[A] == 5  # fix-permissions/0/1 carried both: counted once
     assert ui.edits[-2:] == [{"op": "undo"}, {"op": "merge", "types": [A, D]}]
 
 
@@ -124,7 +126,7 @@ def test_split_chosen_examples_and_move(ui):
     ui.buttons["split"].click()
     assert ui.taxonomy.names()[:2] == [A, "searches unlisted logs"]
     assert ids_of(ui, "searches unlisted logs") == {"parse-logs/0/1"}
-    assert ui.counts()[A] == 2
+    assert ui.counts()[A] == 3
     assert ui.taxonomy.get("searches unlisted logs").definition.startswith(f"Split from {A}")
     assert ui.types_box.value == (A, "searches unlisted logs")
     ui.types_box.value = (D,)
@@ -143,14 +145,16 @@ def test_long_tail_toggle_and_undo(ui):
     ui.types_box.value = (A,)
     ui.buttons["long_tail"].click()
     assert ui.taxonomy.get(A).status == "long_tail" and ui.taxonomy.get(A).pinned
-    assert shown_counts(ui)[A] == (3, "long_tail")
+    assert shown_counts(ui)[A] == (4, "long_tail")
     assert ui.buttons["long_tail"].description == "Give back to threshold"
     ui.buttons["long_tail"].click()
     assert not ui.taxonomy.get(A).pinned and ui.edits[-1] == {"op": "long_tail", "type": A, "value": False}
+    assert shown_counts(ui)[A] == (4, "kept") and ui.buttons["long_tail"].description == "Mark long tail"
     ui.buttons["undo"].click()
+    assert shown_counts(ui)[A] == (4, "long_tail") and ui.buttons["long_tail"].description == "Give back to threshold"
     ui.buttons["undo"].click()
     assert not ui.taxonomy.get(A).pinned and ui.taxonomy.get(A).status == "kept"
-    assert shown_counts(ui)[A] == (3, "kept")
+    assert shown_counts(ui)[A] == (4, "kept")
     ui.buttons["undo"].click()
     assert "nothing to undo" in ui.status.value
 
@@ -177,7 +181,7 @@ def test_save_writes_a_new_version_keeps_the_old_and_an_edit_list_that_replays(u
     assert store.version_path(1).read_text() == v1_text and store.labels_path(1).read_text() == v1_labels
     v2 = store.load(2)
     assert v2.parent == 1 and v2.note == "merged the stopping types" and v2.threshold == THRESHOLD
-    # statuses re-measured at the threshold: 4/9 >= 0.25 now kept; the pinned one stays long tail
+    # statuses re-measured at the threshold: 4/10 >= 0.25 now kept; the pinned one stays long tail
     assert {t.name: t.status for t in v2.types} == {A: "kept", "stops without real work": "kept", D: "long_tail"}
     assert "saved version 2" in ui.status.value and shown_counts(ui)["stops without real work"] == (4, "kept")
     edits = read_edits(edits_path(store, 2))
