@@ -10,10 +10,11 @@ want_system=0
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
-# --- system packages (podman + runc for the container backend, bubblewrap, debootstrap for the base image)
+# --- system packages (podman + runc for the container backend, bubblewrap, debootstrap for the base image,
+#     chromium for the browser test of the curation widget, driven by Playwright: it downloads no browser)
 if [ "$want_system" = 1 ]; then
   missing=()
-  for pair in podman:podman runc:runc bwrap:bubblewrap debootstrap:debootstrap newuidmap:uidmap; do
+  for pair in podman:podman runc:runc bwrap:bubblewrap debootstrap:debootstrap newuidmap:uidmap chromium:chromium; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
   done
   python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
