@@ -247,8 +247,10 @@ class TaxonomyStage(Stage):
 
 
 def _comparable(t: Taxonomy) -> dict[str, Any]:
+    """What makes two versions the same: types, edits, threshold (not the version number or the note)."""
     d = t.to_dict()
     d.pop("version", None)
+    d.pop("note", None)
     return d
 
 
