@@ -156,13 +156,3 @@ def make(**sections_values: dict[str, Any]) -> Params:
 
 def to_dict(params: Params) -> dict[str, Any]:
     return dataclasses.asdict(params)
-
-
-def stage_budgets(params: Params) -> dict[str, float]:
-    """Each stage's budget (its section's `budget_usd`, else `models.stage_budget_usd`); 0 = no cap."""
-    out = dict(params.models.stage_budget_usd)
-    for name in stage_sections():
-        cap = float(getattr(getattr(params, name), "budget_usd", 0.0) or 0.0)
-        if cap > 0:
-            out[name] = cap
-    return out

@@ -24,18 +24,20 @@ import re
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mirl.agent.restore import restore_prefix
 from mirl.agent.trajectory import Trajectory
 from mirl.jsonl import read_jsonl
-from mirl.params import Params
 from mirl.records.error_step import ErrorStep
 from mirl.records.loaders import load_error_steps
 from mirl.records.prefix import MODES, Prefix
 from mirl.records.taxonomy import Label, TaxonomyStore
 from mirl.runner.layout import RunDir, atomic_write_jsonl
 from mirl.runner.stage import Item, Stage, run_stage
+
+if TYPE_CHECKING:
+    from mirl.params import Params
 
 log = logging.getLogger(__name__)
 STAGE = "prefixes"
@@ -127,11 +129,17 @@ class PrefixStage(Stage):
                 "sandbox": {"backend": self.params.sandbox.backend}, "agent": {"timeout": self.params.agent.command_timeout_s}}
 
     def tasks(self) -> dict[str, Any]:
+        """The task pool profiling ran on (as its stored params say; else this run's params)."""
         if self._tasks is None:
+            import json
+
             from mirl.agent.rollout import RolloutConfig, load_tasks
 
-            pool = [t.strip() for t in self.params.profiling.tasks.split(",") if t.strip()]
-            self._tasks = load_tasks(RolloutConfig(tasks=pool))
+            pool = self.params.profiling.tasks
+            stored = self.run.params("profiling")
+            if stored.exists():
+                pool = (json.loads(stored.read_text()).get("params") or {}).get("profiling", {}).get("tasks", pool)
+            self._tasks = load_tasks(RolloutConfig(tasks=[t.strip() for t in pool.split(",") if t.strip()]))
         return {t.id: t for t in self._tasks}
 
     def trajectories(self) -> dict[tuple[str, int], Trajectory]:

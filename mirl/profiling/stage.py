@@ -16,7 +16,7 @@ import threading
 from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -25,15 +25,17 @@ from mirl.agent.rollout import RolloutError, role_fingerprint, sandbox_fingerpri
 from mirl.agent.trajectory import Trajectory
 from mirl.jsonl import read_jsonl
 from mirl.llm.config import LLMConfig
-from mirl.params import Params, stage_budgets
 from mirl.profiling.hook import ProfilingHook, flag_of
 from mirl.records.error_step import ErrorStep
 from mirl.records.loaders import ERROR_STEPS
 from mirl.roles.localizer import EitherLocalizer, LLMLocalizer, RuleLocalizer
 from mirl.roles.teacher import LLMTeacher, ReferenceTeacherAdapter
 from mirl.runner.layout import RunDir, atomic_write_jsonl
-from mirl.runner.stage import Item, Stage, run_stage
+from mirl.runner.stage import Item, Stage, run_stage, stage_budgets
 from mirl.tasks import Task
+
+if TYPE_CHECKING:
+    from mirl.params import Params
 
 log = logging.getLogger(__name__)
 STAGE = "profiling"

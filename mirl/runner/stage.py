@@ -276,5 +276,19 @@ def _params_dict(params: Any) -> dict[str, Any]:
     return dataclasses.asdict(params) if dataclasses.is_dataclass(params) else {}
 
 
+def stage_budgets(params: Any) -> dict[str, float]:
+    """Each stage's LLM spend cap, keyed by the stage's ledger name: `models.stage_budget_usd`, then every
+    section's own `budget_usd` (0 = no cap). The client checks it before each uncached request."""
+    import dataclasses
+
+    models = getattr(params, "models", None)
+    out = dict(getattr(models, "stage_budget_usd", {}) or {})
+    for f in dataclasses.fields(params) if dataclasses.is_dataclass(params) else ():
+        cap = float(getattr(getattr(params, f.name), "budget_usd", 0.0) or 0.0)
+        if cap > 0:
+            out[f.name] = cap
+    return out
+
+
 def keyed(items: Iterable[tuple[tuple, Any]]) -> list[Item]:
     return [Item(k, p) for k, p in items]

@@ -20,19 +20,21 @@ import random
 import threading
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from mirl.agent.rollout import role_fingerprint
 from mirl.jsonl import read_jsonl
-from mirl.params import Params, stage_budgets
 from mirl.records.error_step import ErrorStep
 from mirl.records.loaders import load_error_steps
 from mirl.records.taxonomy import ErrorType, Label, Taxonomy, TaxonomyStore
 from mirl.runner.layout import atomic_write
-from mirl.runner.stage import Item, Stage, run_stage
+from mirl.runner.stage import Item, Stage, run_stage, stage_budgets
 from mirl.taxonomy import curation, stats
+
+if TYPE_CHECKING:
+    from mirl.params import Params
 
 log = logging.getLogger(__name__)
 STAGE = "taxonomy"
