@@ -80,6 +80,7 @@ class RolloutResult:
     skipped: int  # already finished before this run
     new: list[Trajectory] = field(default_factory=list)
     write_s: float = 0.0  # time spent appending records (fsync included): the runner's own cost
+    stopped: int = 0  # episodes a spend cap interrupted (recorded with exit_reason "budget")
 
     def summary(self) -> dict[str, Any]:
         rewards = [t.reward for t in self.new if t.reward is not None]
@@ -114,11 +115,22 @@ def load_tasks(config: RolloutConfig) -> list[Task]:
     return tasks
 
 
+STOPPED = "budget"  # exit reason of an episode a spend cap interrupted: unfinished, the next run plays it again
+
+
+def stopped_by_budget(traj: Trajectory) -> bool:
+    from mirl.llm.errors import BudgetExceeded
+
+    return traj.exit_reason == "error" and (traj.error or "").startswith(f"{BudgetExceeded.__name__}:")
+
+
 def finished_pairs(path: Path, retry_errors: bool = False) -> set[tuple[str, int]]:
-    """Keys with a complete record; with `retry_errors`, error records are first removed from the file."""
+    """Keys with a complete record; records of episodes a budget stopped (and, with `retry_errors`,
+    error records) are first removed from the file, so they are played again."""
     records, report = read_jsonl(path)
-    if retry_errors and any(r.get("exit_reason") == "error" for r in records):
-        keep = [r for r in records if r.get("exit_reason") != "error"]
+    drop = {STOPPED, "error"} if retry_errors else {STOPPED}
+    if any(r.get("exit_reason") in drop for r in records):
+        keep = [r for r in records if r.get("exit_reason") not in drop]
         tmp = path.with_suffix(".jsonl.tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             for r in keep:
@@ -126,7 +138,7 @@ def finished_pairs(path: Path, retry_errors: bool = False) -> set[tuple[str, int
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        log.info("removed %d error record(s) from %s to replay them", len(records) - len(keep), path)
+        log.info("removed %d unfinished record(s) from %s to replay them", len(records) - len(keep), path)
         records = keep
     if report.torn_tail:
         log.warning("%s: the last record was cut off by a kill; its episode will be played again", path)
@@ -179,8 +191,8 @@ class _RayExecutor:
         ref = self._remote.remote(self._config_json, str(task.path), seed, hook_factory)
         fut: Future = Future()
         inner = ref.future()
-        inner.add_done_callback(lambda f: fut.set_exception(f.exception()) if f.exception()
-                                else fut.set_result(Trajectory.from_dict(f.result())))
+        inner.add_done_callback(lambda f: None if fut.cancelled() else fut.set_exception(f.exception())
+                                if f.exception() else fut.set_result(Trajectory.from_dict(f.result())))
         return fut
 
     def shutdown(self) -> None:
@@ -192,9 +204,19 @@ class _ThreadExecutor:
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="episode")
         self.model, self.sandbox, self.agent = model, sandbox, agent
 
+        self.stopped = threading.Event()
+
     def submit(self, task: Task, seed: int, hook_factory) -> Future:
-        return self._pool.submit(lambda: run_episode(task, self.sandbox, self.model, self.agent, seed=seed,
-                                                     hook=hook_factory() if hook_factory else None))
+        return self._pool.submit(self._play, task, seed, hook_factory)
+
+    def _play(self, task: Task, seed: int, hook_factory) -> Trajectory | None:
+        if self.stopped.is_set():  # a spend cap stopped the run before this episode began
+            return None
+        traj = run_episode(task, self.sandbox, self.model, self.agent, seed=seed,
+                           hook=hook_factory() if hook_factory else None)
+        if stopped_by_budget(traj):
+            self.stopped.set()
+        return traj
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -250,11 +272,21 @@ def run_rollouts(
             for fut in as_completed(futures):
                 key = futures[fut]
                 try:
-                    traj = fut.result()
+                    traj = None if fut.cancelled() else fut.result()
                 except Exception as e:  # a worker died (Ray) - the pair stays unfinished for the next run
                     log.error("episode %s seed %d was lost: %s", key[0], key[1], e)
                     bar.update(1)
                     continue
+                if traj is None:  # not started when a budget stopped the run: the next run plays it
+                    continue
+                if stopped_by_budget(traj):  # stop cleanly: record it as unfinished, start nothing more
+                    traj.exit_reason = STOPPED
+                    if not result.stopped:
+                        log.warning("%s; stopping: a rerun with a higher budget plays the unfinished episodes",
+                                    traj.error)
+                    for f in futures:
+                        f.cancel()
+                    result.stopped += 1
                 t = time.perf_counter()
                 writer.append(traj.to_dict())
                 result.write_s += time.perf_counter() - t

@@ -3,7 +3,8 @@
 Output under `runs/<name>/profiling/`:
   trajectories.jsonl   one finished episode per line (append-only; the resume point)
   error_steps.jsonl    one row per flagged step, derived from the trajectories (rewritten whole)
-  summary.json         steps, flags, flag rate, discards, tokens and cost per role
+  summary.json         steps, flags, flag rate, discards, tokens and cost per role; `unfinished`:
+                       episodes a budget stopped (their records are replayed by the next run)
   llm_calls.jsonl      the ledger of every LLM call (in the run directory)
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from mirl.agent.config import AgentConfig
-from mirl.agent.rollout import RolloutConfig, run_rollouts
+from mirl.agent.rollout import STOPPED, RolloutConfig, run_rollouts
 from mirl.jsonl import read_jsonl
 from mirl.llm.config import LLMConfig, RoleConfig
 from mirl.profiling.config import ProfilingParams
@@ -166,10 +167,12 @@ def _atomic_write(path: Path, text: str) -> None:
 
 def write_outputs(run_dir: str | Path) -> dict[str, Any]:
     out = Path(run_dir) / STAGE
-    trajectories, _ = read_jsonl(out / "trajectories.jsonl")
+    records, _ = read_jsonl(out / "trajectories.jsonl")
+    trajectories = [t for t in records if t.get("exit_reason") != STOPPED]  # a budget stopped the others
     rows = error_rows(trajectories)
     _atomic_write(out / "error_steps.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     summary = summarize(trajectories, rows, Path(run_dir))
+    summary["unfinished"] = len(records) - len(trajectories)
     _atomic_write(out / "summary.json", json.dumps(summary, indent=2))
     return summary
 
