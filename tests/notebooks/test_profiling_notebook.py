@@ -38,7 +38,7 @@ def test_notebook_with_llm_roles(tmp_path, monkeypatch):
     from mirl.sandbox import bwrap_backend
 
     if not bwrap_backend.available():
-        pytest.skip("needs the bwrap backend (`apt-get install bubblewrap`, `mirl image build`)")
+        missing("bubblewrap or the base root filesystem", "`apt-get install bubblewrap`, then `mirl image build`")
     server, url = serve()
     monkeypatch.setenv("MIRL_TEST_API_KEY", SECRET)
     overrides = dict(tasks=str(REPO / "tasks"), max_tasks=2, seeds=1, workers=1, sandbox="bwrap", max_steps=5,
