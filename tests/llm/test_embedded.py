@@ -2,37 +2,42 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mirl.llm import embedded
 from mirl.llm.ledger import read_ledger
 
+from .smollm2 import require_smollm2
+
 pytestmark = pytest.mark.slow
 
-try:
-    embedded.smollm2_gguf()
-    MISSING = ""
-except embedded.EmbeddedModelMissing as e:
-    MISSING = str(e)
+
+@pytest.fixture(autouse=True)
+def _smollm2():
+    """Every test here needs the wheel: without it they fail (skip off the README's set-up), saying why."""
+    return require_smollm2()
+
 
 PROMPT = [{"role": "user", "content": "Name one Linux command that lists files."}]
 
 
-@pytest.mark.skipif(bool(MISSING), reason=MISSING or "")
 def test_smollm2_batch_of_two_through_litellm(make_client):
     client = make_client({"policy": "local/smollm2"})
     client.config.policy.max_tokens = 12
     outs = client.complete("policy", PROMPT, n=2)
     assert len(outs) == 2 and all(c.text.strip() for c in outs)
     assert [c.sample_index for c in outs] == [0, 1]
-    assert all(c.input_tokens > 10 and 0 < c.output_tokens <= 12 for c in outs), outs
+    lm = embedded.get("smollm2")
+    prompt_tokens = int(lm.prompt_ids(PROMPT).shape[1])  # the chat template's tokens, counted by the tokenizer
+    assert all(c.input_tokens == prompt_tokens and 0 < c.output_tokens <= 12 for c in outs), outs
     rows = read_ledger(client.run_dir)
     assert len(rows) == 1 and rows.iloc[0]["n"] == 2  # one request for both samples
     assert rows.iloc[0]["output_tokens"] == sum(c.output_tokens for c in outs)
     assert rows.iloc[0]["price"] == "none" and rows.iloc[0]["cost_usd"] == 0
 
-    # same (seed, index) reproduces without the cache; another seed gives another draw
-    lm = embedded.get("smollm2")
+    # same (seed, index) reproduces without the cache
     again = lm.generate(PROMPT, sample_indices=[1], max_tokens=12, temperature=1.0, seed=0)
     assert again.samples[0].text == outs[1].text
     assert again.prompt_tokens == outs[1].input_tokens
@@ -41,7 +46,6 @@ def test_smollm2_batch_of_two_through_litellm(make_client):
     assert [c.cache_hit for c in client.complete("policy", PROMPT, n=2)] == [True, True]
 
 
-@pytest.mark.skipif(bool(MISSING), reason=MISSING or "")
 def test_smollm2_greedy_stop_and_context_errors(make_client):
     lm = embedded.get("smollm2")
     g = lm.generate(PROMPT, sample_indices=[0, 5], max_tokens=8, temperature=0.0)
@@ -57,15 +61,18 @@ def test_smollm2_greedy_stop_and_context_errors(make_client):
     assert err.value.kind == "context_length" and client.slept == []
 
 
-@pytest.mark.skipif(bool(MISSING), reason=MISSING or "")
-def test_converted_copy_loads_fast_and_answers_the_same(tmp_path, monkeypatch):
+def test_converted_copy_is_reused_and_answers_the_same(tmp_path, monkeypatch):
+    # how much faster the second load is: benchmarks/embedded.py --load
     monkeypatch.setenv("MIRL_CACHE", str(tmp_path))
     gguf = embedded.smollm2_gguf()
     first = embedded.load_gguf(gguf)  # converts and keeps a plain checkpoint
-    assert (embedded.converted_dir(gguf) / "model.safetensors").exists()
+    weights = embedded.converted_dir(gguf) / "model.safetensors"
+    assert weights.exists()
     assert not [p for p in embedded.converted_dir(gguf).parent.iterdir() if p.name.startswith(".tmp-")]
     second = embedded.load_gguf(gguf)
-    assert second.load_seconds < first.load_seconds
+    # the first load read the .gguf, the second the kept copy
+    assert Path(first.model.config.name_or_path) == gguf.parent
+    assert Path(second.model.config.name_or_path) == embedded.converted_dir(gguf)
     a = first.generate(PROMPT, [0], max_tokens=6, temperature=0.0)
     b = second.generate(PROMPT, [0], max_tokens=6, temperature=0.0)
     assert a.samples[0].text == b.samples[0].text and a.prompt_tokens == b.prompt_tokens
@@ -80,7 +87,6 @@ STEP2 = STEP1 + [{"role": "assistant", "content": "I will list them.\n```bash\nl
                  {"role": "user", "content": "Observation:\n42\n"}]
 
 
-@pytest.mark.skipif(bool(MISSING), reason=MISSING or "")
 def test_prefix_cache_gives_the_same_text_warm_and_cold():
     lm = embedded.get("smollm2")
     runs = {"greedy": dict(sample_indices=[0], temperature=0.0),
@@ -103,7 +109,6 @@ def test_prefix_cache_gives_the_same_text_warm_and_cold():
     assert lm.prefix_cache_size[0] == 1  # the step-2 entry replaced the step-1 entry it extends
 
 
-@pytest.mark.skipif(bool(MISSING), reason=MISSING or "")
 def test_prefix_cache_is_bounded_and_entries_are_not_changed_by_generation(tmp_path):
     from tests.llm.test_vllm_engine import tiny_checkpoint
 

@@ -122,10 +122,10 @@ def test_a_failing_request_does_not_take_the_batch_down(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_smollm2_batched_greedy_matches_lone():
-    try:
-        lm = embedded.get("smollm2")
-    except embedded.EmbeddedModelMissing as e:
-        pytest.skip(str(e))
+    from .smollm2 import require_smollm2
+
+    require_smollm2()
+    lm = embedded.get("smollm2")
     calls = [dict(messages=conversation(i), sample_indices=[0], max_tokens=12, temperature=0.0) for i in range(3)]
     lone = [lm.generate(**c) for c in calls]
     together = run_together(lm, calls)

@@ -50,21 +50,24 @@ def test_run_budget_stops_between_calls(scripted, make_client):
     with pytest.raises(BudgetExceeded) as err:
         client.complete("policy", USER, sample_offset=2)
     assert isinstance(err.value, LLMError) and err.value.kind == "budget"
-    assert err.value.spent_usd >= 2.0 and len(model.calls) == 2  # nothing was sent
+    per_call = (7 * 1.0 + 100 * 10_000.0) / 1e6  # USER is 7 words, the reply 100: the scripted model counts words
+    assert err.value.spent_usd == pytest.approx(2 * per_call) and err.value.cap_usd == 2.0
+    assert len(model.calls) == 2  # nothing was sent
     # cache hits are free, so they are still served past the cap
     assert client.complete("policy", USER)[0].cache_hit
     df = read_ledger(client.run_dir)
-    assert df["error"].dropna().str.startswith("budget:").sum() == 1
+    assert list(df["error"].fillna("")) == ["", "", f"budget: run spent ${2 * per_call:.4f} of its $2.0000 budget", ""]
+    assert df["cost_usd"].sum() == pytest.approx(2 * per_call) and list(df["cache_hit"]) == [False, False, False, True]
 
 
 def test_stage_budget_counts_only_its_stage(scripted, make_client, tmp_path):
     _, name = scripted(lambda msgs: "word " * 100)
-    cfg = dict(prices={name: {"output": 10_000.0}}, stage_budget_usd={"profile": 0.5})
+    cfg = dict(prices={name: {"output": 10_000.0}}, stage_budget_usd={"profiling": 0.5})
     run = tmp_path / "shared"
     make_client({"policy": name}, stage="other", run_dir=run, **cfg).complete("policy", USER)
-    profile = make_client({"policy": name}, stage="profile", run_dir=run, **cfg)
+    profile = make_client({"policy": name}, stage="profiling", run_dir=run, **cfg)
     profile.complete("policy", USER, sample_offset=1)  # other stage's $1 does not count
-    with pytest.raises(BudgetExceeded, match="stage 'profile'"):
+    with pytest.raises(BudgetExceeded, match="stage 'profiling' spent \\$1.0000 of its \\$0.5000"):
         profile.complete("policy", USER, sample_offset=2)
 
 

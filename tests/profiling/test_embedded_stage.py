@@ -11,6 +11,7 @@ from mirl.llm import embedded
 from mirl.llm.ledger import read_ledger
 from mirl.params import make
 from mirl.profiling.stage import load_trajectories, run_profiling
+from tests.real import missing
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,14 +20,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.bwrap]
 
 @pytest.mark.timeout(900)
 def test_concurrent_smollm2_episodes_share_decode_batches(tmp_path):
-    try:
-        lm = embedded.get("smollm2")
-    except embedded.EmbeddedModelMissing as e:
-        pytest.skip(str(e))
     from mirl.sandbox.bwrap_backend import available
+    from tests.llm.smollm2 import require_smollm2
 
+    require_smollm2()
     if not available():
-        pytest.skip("bubblewrap or the base root filesystem is unavailable (`mirl image build`)")
+        missing("bubblewrap or the base root filesystem", "`apt-get install bubblewrap`, then `mirl image build`")
+    lm = embedded.get("smollm2")
     lm._batcher.max_rows_seen = 0
     p = make(profiling={"tasks": "tasks", "max_tasks": 3, "seeds": 2, "workers": 6}, sandbox={"backend": "bwrap"},
              agent={"max_steps": 2, "command_timeout_s": 30},
@@ -38,4 +38,5 @@ def test_concurrent_smollm2_episodes_share_decode_batches(tmp_path):
     assert lm._batcher.max_rows_seen >= 2  # episodes' requests were decoded together
     calls = read_ledger(tmp_path)
     assert len(calls) == summary["llm"]["policy"]["calls"] and (calls["output_tokens"] <= 24).all()
-    assert summary["steps"] >= 6
+    assert summary["steps"] == sum(len(t["steps"]) for t in trajectories)
+    assert all(1 <= len(t["steps"]) <= 2 for t in trajectories)

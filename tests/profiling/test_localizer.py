@@ -70,10 +70,13 @@ def test_llm_localizer_reasks_invalid_json(tmp_path, llm_client):
 
 def test_llm_localizer_gives_up_and_records(tmp_path, llm_client):
     client, _ = llm_client(["nope", "still nope", "never"])
-    with pytest.raises(LLMError):
+    with pytest.raises(LLMError) as err:
         LLMLocalizer(client).judge(make_task(tmp_path), [], Step("", "ls"))
+    assert err.value.kind == "invalid_json" and err.value.tries == 3
     rows = [json.loads(line) for line in (tmp_path / "llm_calls.jsonl").read_text().splitlines()]
-    assert any(r.get("error") for r in rows)
+    # three asks, then one row for the failure itself
+    assert [r["error"] is None for r in rows] == [True, True, True, False]
+    assert rows[-1]["error"].startswith("invalid_json: no valid JSON after 3 ask(s)")
 
 
 def test_either_keeps_every_source(tmp_path, llm_client):

@@ -10,6 +10,7 @@ import pytest
 from mirl.params import make
 from mirl.profiling.stage import load_trajectories, run_profiling
 from tests.fakes.openai_server import serve
+from tests.real import missing
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -17,11 +18,14 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_profiling_on_a_local_ray_cluster(tmp_path, monkeypatch):
-    ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'mirl[ray]'")
     from mirl.sandbox import bwrap_backend
 
+    try:
+        import ray
+    except ImportError:
+        missing("Ray", "pip install 'mirl[test]' (or 'mirl[ray]')")  # the test extra installs it
     if not bwrap_backend.available():
-        pytest.skip("needs the bwrap backend (`apt-get install bubblewrap`, `mirl image build`)")
+        missing("bubblewrap or the base root filesystem", "`apt-get install bubblewrap`, then `mirl image build`")
     server, url = serve()
     monkeypatch.setenv("MIRL_TEST_API_KEY", "sk-ray-test-000000000")
     p = make(profiling={"tasks": str(REPO / "tasks"), "max_tasks": 2, "seeds": 2, "workers": 2, "ray_address": "local"},

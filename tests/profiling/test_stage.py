@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,13 +17,17 @@ from agent_doubles import FakeSandbox
 
 from mirl.llm.scripted import ScriptedModel
 from mirl.params import make
-from mirl.profiling.stage import load_error_steps, run_profiling
+from mirl.profiling.stage import load_error_steps, load_trajectories, run_profiling
 from mirl.tasks import load_task
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = ["count-lines", "fix-permissions", "dedupe-sort-list"]
 REPLIES = ["Let me look.\n```bash\nls -la\n```", "I am not sure what to do.",
            "Done.\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"]
+
+
+def error_steps(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "profiling" / "error_steps.jsonl").read_text().splitlines()]
 
 
 def tasks():
@@ -33,15 +38,47 @@ def test_stage_outputs(tmp_path):
     p = make(profiling={"seeds": 2, "workers": 2}, agent={"max_steps": 6})
     summary = run_profiling(p, tmp_path, tasks=tasks(), sandbox=FakeSandbox(),
                             policy=ScriptedModel(REPLIES, cycle=True))
-    assert summary["episodes"] == 6 and summary["environments"] == 3
-    errors = load_error_steps(tmp_path)
-    assert len(errors) == summary["flags"] > 0
-    # the scripted reply without a command is always flagged and replaced by the reference solution
-    assert set(errors["source"]) >= {"rules:no-runnable-command"}
-    assert errors["rejected_command"].isna().any() and errors["correction"].notna().all()
-    assert 0 < summary["flag_rate"] <= 1
-    row = errors.iloc[0]
-    assert row["prefix"]["task"] == row["env"] and row["prefix"]["steps"] == row["step"]
+    trajectories = load_trajectories(tmp_path)
+    assert sorted((t["task"], t["seed"]) for t in trajectories) == sorted((t, s) for t in TASKS for s in (0, 1))
+    steps = [(t["task"], t["seed"], i, s) for t in trajectories for i, s in enumerate(t["steps"])]
+    # here every flagged step was corrected by the reference solution, so flagged steps are the teacher's
+    flagged = {(task, seed, i): s for task, seed, i, s in steps if s["source"] == "teacher"}
+    errors = error_steps(tmp_path)
+    assert sorted((r["env"], r["seed"], r["step"]) for r in errors) == sorted(flagged)
+    assert summary["episodes"] == 6 and summary["environments"] == 3 and summary["steps"] == len(steps)
+    assert summary["flags"] == len(flagged) and summary["flag_rate"] == round(len(flagged) / len(steps), 4)
+    assert summary["exit_reasons"] == {"submitted": 6} and summary["mean_reward"] == 1.0
+    # the scripted reply without a command is always flagged, and replaced by the reference solution
+    unsure = [s for *_, s in steps if (s["meta"].get("proposed") or s)["raw"] == REPLIES[1]]
+    assert unsure and all(s["meta"]["flag"]["source"] == "rules:no-runnable-command" for s in unsure)
+    for row in errors:
+        step = flagged[(row["env"], row["seed"], row["step"])]
+        assert row["rejected_command"] == step["meta"]["flag"]["rejected_command"] == step["meta"]["proposed"]["command"]
+        assert row["correction"] == step["command"] and row["outcome"] == "corrected"
+        assert row["prefix"] == {"file": "trajectories.jsonl", "task": row["env"], "seed": row["seed"],
+                                 "steps": row["step"]}
+    by_source = Counter(s["meta"]["flag"]["source"] for s in flagged.values())
+    assert summary["flags_by_source"] == dict(by_source)
+
+
+def test_discarded_step_is_an_error_row(tmp_path):
+    from dataclasses import replace
+
+    from agent_doubles import make_task
+
+    # every step of this reference solution kills by name unseen, which the rules reject: after
+    # teacher_tries rejected corrections the episode is discarded, and the flag is still an error step
+    solve = tmp_path / "solve.sh"
+    solve.write_text("pkill python\npkill node\npkill ruby\n")
+    task = replace(make_task(tmp_path, "killer"), solution=solve)
+    p = make(profiling={"seeds": 1, "workers": 1, "teacher_tries": 2}, agent={"max_steps": 6})
+    summary = run_profiling(p, tmp_path, tasks=[task], sandbox=FakeSandbox(), policy=ScriptedModel(REPLIES[:2]))
+    [t] = load_trajectories(tmp_path)
+    assert t["exit_reason"] == "discarded" and [s["command"] for s in t["steps"]] == ["ls -la"]
+    [row] = error_steps(tmp_path)
+    assert (row["step"], row["outcome"], row["correction"], row["attempts"]) == (1, "discarded", None, 2)
+    assert row["source"] == "rules:no-runnable-command" and row["rejected_command"] is None
+    assert summary["discarded"] == 1 and summary["flags"] == 1 and summary["flag_rate"] == 1.0
 
 
 KILL_SCRIPT = textwrap.dedent("""
