@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
+
+# litellm fetches a price map from the network at import unless told to use its bundled copy
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from tests.real import missing
 
