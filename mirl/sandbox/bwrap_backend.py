@@ -454,10 +454,17 @@ class BwrapSandbox:
             raise unknown(handle, self.name, f"{path} is not a bwrap snapshot (no upper directory or wrong {META})")
         return meta
 
-    def list_snapshots(self) -> list[str]:
-        """Handles of every finished snapshot under the cache."""
-        root = snapshots_dir("bwrap")
-        return sorted(str(d) for d in root.glob("*") if not d.name.startswith(".") and (d / META).is_file())
+    def list_snapshots(self, task: str | None = None) -> list[str]:
+        """Handles of the finished snapshots under the cache (of task id `task` only, when given)."""
+        out = []
+        for d in snapshots_dir("bwrap").glob("*"):
+            try:
+                meta = json.loads((d / META).read_text()) if not d.name.startswith(".") else None
+            except (OSError, ValueError):
+                continue
+            if isinstance(meta, dict) and (task is None or meta.get("task") == task):
+                out.append(str(d))
+        return sorted(out)
 
     def drop_snapshot(self, handle: str) -> None:
         """Delete a snapshot directory; SandboxError when `handle` is none. Sessions started from it
@@ -466,10 +473,10 @@ class BwrapSandbox:
         (Path(handle) / META).unlink()  # first: a half-deleted snapshot is no longer taken for one
         shutil.rmtree(handle)
 
-    def prune_snapshots(self, keep=()) -> list[str]:
-        """Drop every snapshot not in `keep`; returns the dropped handles."""
+    def prune_snapshots(self, keep=(), task: str | None = None) -> list[str]:
+        """Drop every snapshot (of task id `task`, when given) not in `keep`; returns the dropped handles."""
         keep = {str(k) for k in keep}
-        dropped = [h for h in self.list_snapshots() if h not in keep]
+        dropped = [h for h in self.list_snapshots(task) if h not in keep]
         for h in dropped:
             self.drop_snapshot(h)
         return dropped

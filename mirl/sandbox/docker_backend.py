@@ -201,11 +201,13 @@ class DockerSandbox(TaskImages):
             raise unknown(handle, self.name, f"the image has no {LABEL} label: it is not a snapshot")
         return meta
 
-    def list_snapshots(self) -> list[str]:
-        """Handles of every snapshot image on the engine."""
+    def list_snapshots(self, task: str | None = None) -> list[str]:
+        """Handles of the snapshot images on the engine (of task id `task` only, when given)."""
         out = []
         for image in self.client.images.list(filters={"label": LABEL}):
-            out += [t.split("/")[-1] for t in image.tags if t.split("/")[-1].startswith(f"{REPOSITORY}-")]
+            meta = decode_meta((image.labels or {}).get(LABEL, "")) or {}
+            if task is None or meta.get("task") == task:
+                out += [t.split("/")[-1] for t in image.tags if t.split("/")[-1].startswith(f"{REPOSITORY}-")]
         return sorted(out)
 
     def drop_snapshot(self, handle: str) -> None:
@@ -219,10 +221,11 @@ class DockerSandbox(TaskImages):
             raise SandboxError(f"could not drop snapshot {handle!r}: {e.explanation or e} "
                                "(close the sessions started from it first)") from None
 
-    def prune_snapshots(self, keep=()) -> list[str]:
-        """Drop every snapshot not in `keep`; returns the dropped handles."""
+    def prune_snapshots(self, keep=(), task: str | None = None) -> list[str]:
+        """Drop every snapshot (of task id `task`, when given) not in `keep`; returns the dropped handles.
+        The engine may be shared: without `task` this drops other runs' snapshots too."""
         keep = set(keep)
-        dropped = [h for h in self.list_snapshots() if h not in keep]
+        dropped = [h for h in self.list_snapshots(task) if h not in keep]
         for h in dropped:
             self.drop_snapshot(h)
         return dropped
