@@ -68,7 +68,7 @@ CAPABILITIES = (
 )
 PIDS_LIMIT = 1024
 START_TIMEOUT_S = 15.0
-TMP_PREFIX, OWNER_FILE, PARTIAL_PREFIX = "mirl-bwrap-", ".mirl-owner", ".partial-"
+TMP_PREFIX, OWNER_FILE, PARTIAL_PREFIX, DROP_PREFIX = "mirl-bwrap-", ".mirl-owner", ".partial-", ".dropped-"
 _swept = False
 KILL_REPLY_S = 1.8  # kill_tree gives up after 1.5 s; the call must return within timeout + 2 s
 
@@ -125,6 +125,8 @@ def sweep_stale() -> None:
         if owner_gone(owner):
             log.info("removing %s, a snapshot left half-written by a run that ended", d)
             shutil.rmtree(d, ignore_errors=True)
+    for d in snapshots_dir("bwrap").glob(f"{DROP_PREFIX}*"):  # dropped snapshots whose delete was cut short
+        shutil.rmtree(d, ignore_errors=True)
     PidsCgroup.sweep_stale()
 
 
@@ -470,8 +472,10 @@ class BwrapSandbox:
         """Delete a snapshot directory; SandboxError when `handle` is none. Sessions started from it
         are unaffected (they hold their own copy)."""
         self._snapshot_meta(handle)
-        (Path(handle) / META).unlink()  # first: a half-deleted snapshot is no longer taken for one
-        shutil.rmtree(handle)
+        path = Path(handle)
+        trash = path.parent / f"{DROP_PREFIX}{path.name}-{uuid.uuid4().hex[:6]}"
+        os.rename(path, trash)  # at once no snapshot; a delete cut short is finished by the next sweep
+        shutil.rmtree(trash, ignore_errors=True)
 
     def prune_snapshots(self, keep=(), task: str | None = None) -> list[str]:
         """Drop every snapshot (of task id `task`, when given) not in `keep`; returns the dropped handles."""

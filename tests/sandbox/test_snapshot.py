@@ -134,7 +134,13 @@ def test_drop_and_prune(sandbox, task, handles):
     assert handles[2] in dropped and handles[1] not in dropped
     assert handles[1] in sandbox.list_snapshots(task.id) and handles[2] not in sandbox.list_snapshots()
     with sandbox.start(task, snapshot=handles[1]) as kept:
+        if sandbox.name == "docker":  # the container runs on the image: refused until the session ends
+            with pytest.raises(SandboxError, match="close the sessions started from it first"):
+                sandbox.drop_snapshot(handles[1])
+        else:  # the session holds its own copy
+            sandbox.drop_snapshot(handles[1])
         assert kept.run("cat a.txt").output == "one\n"
+    assert (handles[1] in sandbox.list_snapshots()) == (sandbox.name == "docker")
 
 
 @pytest.mark.podman
@@ -183,16 +189,18 @@ def test_bwrap_refuses_a_snapshot_over_other_lowers_and_sweeps_half_saves(bwrap_
     ended.wait()
     root = snapshots_dir("bwrap")
     dead, live = root / ".partial-sweep-test-dead", root / ".partial-sweep-test-live"
-    for d, owner in ((dead, dead_owner), (live, owner_id())):
+    dropped = root / ".dropped-sweep-test"  # a drop cut short between its rename and its delete
+    for d, owner in ((dead, dead_owner), (live, owner_id()), (dropped, owner_id())):
         (d / "upper").mkdir(parents=True)
         (d / bwrap_backend.OWNER_FILE).write_text(owner)
+        (d / META).write_text(json.dumps(meta))
     try:
+        assert not {str(d) for d in (dead, live, dropped)} & set(bwrap_sandbox.list_snapshots())  # never snapshots
         monkeypatch.setattr(bwrap_backend, "_swept", False)
         bwrap_backend.sweep_stale()
-        assert not dead.exists() and live.exists()
-        assert str(live) not in bwrap_sandbox.list_snapshots()  # a half-saved snapshot is never one
+        assert not dead.exists() and live.exists() and not dropped.exists()
     finally:
-        for d in (dead, live):
+        for d in (dead, live, dropped):
             subprocess.run(["rm", "-rf", str(d)], check=True)
 
 
