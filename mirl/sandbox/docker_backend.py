@@ -570,11 +570,15 @@ class DockerSession:
         if len(meta) > 256 * 1024:
             raise SandboxError(f"{self.task.id}: the files the engine mounts (/etc/hosts, ...) are too large to snapshot")
         repository, tag = f"{REPOSITORY}-{safe_name(self.task.id)}", uuid.uuid4().hex[:12]
+        changes = [f"LABEL {LABEL}={meta}"]
         try:
-            self.container.commit(repository=repository, tag=tag, pause=True, changes=[f"LABEL {LABEL}={meta}"])
+            self.container.commit(repository=repository, tag=tag, pause=True, changes=changes)
         except docker.errors.APIError as e:  # engines without a cgroup freezer cannot pause
             log.info("committing %s paused failed (%s); committing it running", self.container.short_id, e)
-            self.container.commit(repository=repository, tag=tag, pause=False, changes=[f"LABEL {LABEL}={meta}"])
+            try:
+                self.container.commit(repository=repository, tag=tag, pause=False, changes=changes)
+            except docker.errors.APIError as e:
+                raise SandboxError(f"{self.task.id}: committing the container failed: {e.explanation or e}") from None
         return f"{repository}:{tag}"
 
     def _mounted_changes(self) -> dict[str, str]:
@@ -587,7 +591,11 @@ class DockerSession:
         out = {}
         for line in res.output.splitlines():
             path, mtime, data = (line.split(" ", 2) + ["", ""])[:3]
-            if path in MOUNTED and float(mtime or 0) > started:
+            try:
+                written = float(mtime) > started
+            except ValueError:  # a `date` without %N or -r: keep the file rather than lose a change
+                written = True
+            if path in MOUNTED and written:
                 out[path] = data
         return out
 
