@@ -25,6 +25,12 @@
   lives in one place, `mirl.sandbox.verifier`, for every backend.
 - `Session.close()` always cleans up (container, mounts, temp dirs, processes); sessions are
   context managers and closing twice is harmless.
+- Snapshots, where the backend has them (docker, bwrap; see `mirl.sandbox.snapshot`):
+  `Session.snapshot()` saves the session's files and returns a handle that outlives the session;
+  `Sandbox.start(task, snapshot=handle)` starts a fresh session on those files;
+  `Sandbox.drop_snapshot(handle)` deletes one. A snapshot holds files, never running processes:
+  a service a command started is not running in a session started from it. Sessions of a
+  backend that cannot snapshot (local) have no `snapshot` attribute.
 
 Details every backend keeps the same way:
 
@@ -105,7 +111,7 @@ class Sandbox(Protocol):
     name: str
     config: SandboxConfig
 
-    def start(self, task: Task) -> Session: ...
+    def start(self, task: Task, snapshot: str | None = None) -> Session: ...
 
 
 class HeadTailBuffer:

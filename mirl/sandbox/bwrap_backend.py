@@ -15,12 +15,18 @@ group when the host has one.
 bwrap 0.8 has no --overlay options, and copying the 1.4 GB rootfs per session is far too slow,
 hence the kernel overlay. `--die-with-parent` ties the sandbox to the *thread* that started it:
 start sessions from threads that outlive them (the main thread or a pool's long-lived workers).
+
+Snapshots (`mirl.sandbox.snapshot`): `BwrapSession.snapshot()` copies the upper directory (the
+session's changes, deletions as whiteouts, opaque directories as xattrs) to
+`user_cache_dir()/snapshots/bwrap/<task>-<id>/upper`; `start(task, snapshot=that dir)` copies it
+back as the new session's upper over the same lowers. Running processes are not in it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -44,9 +50,11 @@ from mirl.sandbox.base import (
     user_cache_dir,
 )
 from mirl.sandbox.channel import Channel
+from mirl.sandbox.docker_images import safe_name
 from mirl.sandbox.init_script import INIT_CODE
 from mirl.sandbox.owner import owner_gone, owner_id
 from mirl.sandbox.process import MARKER_VAR, PidsCgroup, collect, enlarge_pipe
+from mirl.sandbox.snapshot import META, check_task, snapshots_dir, unknown
 from mirl.sandbox.verifier import run_verifier
 from mirl.tasks import Task
 
@@ -60,7 +68,7 @@ CAPABILITIES = (
 )
 PIDS_LIMIT = 1024
 START_TIMEOUT_S = 15.0
-TMP_PREFIX, OWNER_FILE = "mirl-bwrap-", ".mirl-owner"
+TMP_PREFIX, OWNER_FILE, PARTIAL_PREFIX, DROP_PREFIX = "mirl-bwrap-", ".mirl-owner", ".partial-", ".dropped-"
 _swept = False
 KILL_REPLY_S = 1.8  # kill_tree gives up after 1.5 s; the call must return within timeout + 2 s
 
@@ -109,7 +117,24 @@ def sweep_stale() -> None:
         if owner_gone(owner):
             log.info("removing %s, left by a run that ended without cleaning up", d)
             shutil.rmtree(d, ignore_errors=True)
+    for d in snapshots_dir("bwrap").glob(f"{PARTIAL_PREFIX}*"):  # snapshots whose save was cut short
+        try:
+            owner = (d / OWNER_FILE).read_text().strip()
+        except OSError:
+            continue
+        if owner_gone(owner):
+            log.info("removing %s, a snapshot left half-written by a run that ended", d)
+            shutil.rmtree(d, ignore_errors=True)
+    for d in snapshots_dir("bwrap").glob(f"{DROP_PREFIX}*"):  # dropped snapshots whose delete was cut short
+        shutil.rmtree(d, ignore_errors=True)
     PidsCgroup.sweep_stale()
+
+
+def copy_tree(src: Path, dest: Path) -> None:
+    """Copy an overlay upper directory exactly: whiteouts (device nodes), xattrs, owners, modes, links."""
+    r = subprocess.run(["cp", "-a", "--reflink=auto", str(src), str(dest)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SandboxError(f"copying {src} to {dest} failed: {(r.stderr or r.stdout).strip()[-400:]}")
 
 
 def _require() -> Path:
@@ -296,14 +321,18 @@ class Box:
 class BwrapSession:
     """A task running in a Box: commands in WORKDIR with the task's ENV, verify, close."""
 
-    def __init__(self, task: Task, config: SandboxConfig, lowers: list[Path], workdir: str, env: dict[str, str]):
+    def __init__(self, task: Task, config: SandboxConfig, lowers: list[Path], workdir: str, env: dict[str, str],
+                 upper: Path | None = None):
         self.task, self.config = task, config
         self.workdir = workdir
+        self.lowers = lowers
         self.tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
         (self.tmp / OWNER_FILE).write_text(owner_id())  # lets a later run sweep it if this one is killed
         network = bool(config.allow_internet and task.allow_internet)
         base_env = {"PATH": layers.DEFAULT_PATH, "HOME": "/root", "HOSTNAME": "sandbox", **env}
         try:
+            if upper is not None:  # a snapshot's upper directory: the new session's changes start from it
+                copy_tree(upper, self.tmp / "upper")
             self.box = Box(lowers, self.tmp, network=network, base_env=base_env)
         except BaseException:
             shutil.rmtree(self.tmp, ignore_errors=True)
@@ -337,6 +366,32 @@ class BwrapSession:
     def verify(self) -> VerifyResult:
         return run_verifier(self, self._put_tests)
 
+    def snapshot(self) -> str:
+        """Copy the session's upper directory under the cache and return that directory (see
+        `mirl.sandbox.snapshot`). Files only: the processes that run now are not saved."""
+        if self.box.closed:
+            raise SandboxError("the session is closed")
+        root = snapshots_dir("bwrap")
+        root.mkdir(parents=True, exist_ok=True)
+        root.chmod(0o700)  # the sandbox's files (setuid ones too) are no business of other host users
+        name = f"{safe_name(self.task.id)}-{uuid.uuid4().hex[:12]}"
+        partial = root / f"{PARTIAL_PREFIX}{name}"
+        partial.mkdir()
+        try:
+            (partial / OWNER_FILE).write_text(owner_id())  # swept if this run dies mid-copy
+            with self.box.lock:  # no command of ours writes while the copy runs
+                copy_tree(self.tmp / "upper", partial / "upper")
+            meta = {"backend": "bwrap", "task": self.task.id, "lowers": [str(p) for p in self.lowers],
+                    "created": round(time.time(), 3)}
+            (partial / META).write_text(json.dumps(meta, indent=1) + "\n")
+            (partial / OWNER_FILE).unlink()
+            final = root / name
+            os.rename(partial, final)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        return str(final)
+
     def close(self) -> None:
         box = getattr(self, "box", None)
         if box is not None:
@@ -363,14 +418,72 @@ class BwrapSandbox:
     def __init__(self, config: SandboxConfig | None = None):
         self.config = config or SandboxConfig(backend="bwrap")
 
-    def start(self, task: Task) -> BwrapSession:
+    def start(self, task: Task, snapshot: str | None = None) -> BwrapSession:
+        """A fresh session on the task's layer, or on a snapshot of it (`BwrapSession.snapshot`)."""
         rootfs = _require()
         sweep_stale()
+        meta = None
+        if snapshot is not None:
+            meta = self._snapshot_meta(snapshot)
+            check_task(meta, snapshot, self.name, task.id)
         plan = layers.plan(task)
         if plan.base_image:
             log.info("task %s: FROM %s is substituted by the base root filesystem %s", task.id, plan.base_image, rootfs)
         layer = ensure_layer(task, rootfs, plan)
-        return BwrapSession(task, self.config, [layer, rootfs], plan.workdir, plan.env)
+        lowers = [layer, rootfs]
+        if meta is not None and meta.get("lowers") != [str(p) for p in lowers]:
+            raise SandboxError(f"snapshot {snapshot!r} was taken over {meta.get('lowers')}, but task {task.id} now "
+                               f"starts from {[str(p) for p in lowers]} (its Dockerfile or the base rootfs changed): "
+                               "take the snapshot again")
+        upper = Path(snapshot) / "upper" if snapshot is not None else None
+        return BwrapSession(task, self.config, lowers, plan.workdir, plan.env, upper=upper)
+
+    # --- snapshots (see mirl.sandbox.snapshot) ----------------------------------------------
+
+    def _snapshot_meta(self, handle: str) -> dict:
+        """The metadata of snapshot directory `handle`; SandboxError when it is no snapshot of ours."""
+        if not isinstance(handle, str) or not handle:
+            raise unknown(handle, self.name, "bwrap snapshots are directories under "
+                          f"{snapshots_dir('bwrap')}")
+        path = Path(handle)
+        try:
+            meta = json.loads((path / META).read_text())
+        except FileNotFoundError:
+            raise unknown(handle, self.name, f"no {META} there (dropped, or not a bwrap snapshot directory)") from None
+        except (OSError, ValueError) as e:
+            raise unknown(handle, self.name, f"{path / META} is unreadable: {e}") from None
+        if not isinstance(meta, dict) or meta.get("backend") != "bwrap" or not (path / "upper").is_dir():
+            raise unknown(handle, self.name, f"{path} is not a bwrap snapshot (no upper directory or wrong {META})")
+        return meta
+
+    def list_snapshots(self, task: str | None = None) -> list[str]:
+        """Handles of the finished snapshots under the cache (of task id `task` only, when given)."""
+        out = []
+        for d in snapshots_dir("bwrap").glob("*"):
+            try:
+                meta = json.loads((d / META).read_text()) if not d.name.startswith(".") else None
+            except (OSError, ValueError):
+                continue
+            if isinstance(meta, dict) and (task is None or meta.get("task") == task):
+                out.append(str(d))
+        return sorted(out)
+
+    def drop_snapshot(self, handle: str) -> None:
+        """Delete a snapshot directory; SandboxError when `handle` is none. Sessions started from it
+        are unaffected (they hold their own copy)."""
+        self._snapshot_meta(handle)
+        path = Path(handle)
+        trash = path.parent / f"{DROP_PREFIX}{path.name}-{uuid.uuid4().hex[:6]}"
+        os.rename(path, trash)  # at once no snapshot; a delete cut short is finished by the next sweep
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def prune_snapshots(self, keep=(), task: str | None = None) -> list[str]:
+        """Drop every snapshot (of task id `task`, when given) not in `keep`; returns the dropped handles."""
+        keep = {str(k) for k in keep}
+        dropped = [h for h in self.list_snapshots(task) if h not in keep]
+        for h in dropped:
+            self.drop_snapshot(h)
+        return dropped
 
 
 # --- cached per-task layers ---------------------------------------------------------------

@@ -9,6 +9,11 @@ call returns when the shell exits even if a child keeps the output open. Command
 the container's PID 1, a small runner (`mirl.sandbox.pid1`) that the host talks to over the
 attach stream: ~10 ms a command instead of ~100 ms for a `docker exec`, and it survives
 `kill -9 -1`. Images without python3 fall back to one `docker exec` per command.
+
+Snapshots (`mirl.sandbox.snapshot`): `DockerSession.snapshot()` commits the container to a local
+image `mirl-snapshot-<task>:<id>` labelled with the task, and `start(task, snapshot=tag)` starts
+from that image. Running processes are not in an image: a session started from a snapshot has
+only the files.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from mirl.sandbox.docker_images import (
     safe_name,
 )
 from mirl.sandbox.owner import owner_gone, owner_id
+from mirl.sandbox.snapshot import LABEL, REPOSITORY, check_task, decode_meta, encode_meta, unknown
 from mirl.sandbox.verifier import run_verifier
 from mirl.tasks import Task
 
@@ -67,6 +73,30 @@ for pass in 1 2 3 4 5; do
 done
 exit 0
 """
+
+
+# Files the engine mounts over the image: a commit leaves them out. The script prints, for each
+# one that is a mount point here, its path, mtime and base64 contents.
+MOUNTED = ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
+_MOUNTED_SCRIPT = r"""
+for f in /etc/hosts /etc/hostname /etc/resolv.conf; do
+  awk '{print $5}' /proc/self/mountinfo | grep -qxF "$f" || continue
+  [ -f "$f" ] && printf '%s %s %s\n' "$f" "$(date -r "$f" +%s.%N)" "$(base64 -w0 < "$f")"
+done
+exit 0
+"""
+_B64 = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+
+
+def _epoch(stamp: str) -> float:
+    """Seconds since the epoch of an engine's RFC 3339 time with up to nanoseconds ("...:49.172068364Z")."""
+    from datetime import datetime
+
+    main, _, rest = stamp.partition(".")
+    digits = "".join(c for c in rest if c.isdigit()) if rest else ""
+    zone = rest[len(digits):] if rest else main[19:]
+    when = datetime.fromisoformat(main[:19] + (zone.replace("Z", "+00:00") or "+00:00"))
+    return when.timestamp() + (float(f"0.{digits}") if digits else 0.0)
 
 
 PID1_SOURCE = (Path(__file__).with_name("pid1.py")).read_text()
@@ -102,13 +132,18 @@ class DockerSandbox(TaskImages):
         except Exception as e:
             log.debug("pruning left-over containers failed: %s", e)
 
-    def start(self, task: Task) -> DockerSession:
+    def start(self, task: Task, snapshot: str | None = None) -> DockerSession:
+        """A fresh container of the task's image, or of a snapshot of it (`DockerSession.snapshot`)."""
         import docker
 
         if not self._pruned:
             self._pruned = True
             self._prune_exited()
-        image = self.image_for(task)
+        meta = None
+        if snapshot is not None:
+            meta = self._snapshot_meta(snapshot)
+            check_task(meta, snapshot, self.name, task.id)
+        image = snapshot if snapshot is not None else self.image_for(task)
         network = task.allow_internet and self.config.allow_internet
         workdir = task.workdir
         if task.image and workdir == "/":
@@ -129,6 +164,8 @@ class DockerSandbox(TaskImages):
         try:
             container = self.client.containers.create(image, **kwargs)
         except docker.errors.ImageNotFound:  # removed behind our back: build again
+            if snapshot is not None:
+                raise unknown(snapshot, self.name, "its image was removed") from None
             self._built.clear()
             container = self.client.containers.create(self.image_for(task), **kwargs)
         session = DockerSession(self, task, container, workdir)
@@ -138,10 +175,60 @@ class DockerSandbox(TaskImages):
             container.start()
             if self.use_pid1:
                 session.attach_pid1()
+            if meta and meta.get("mounted"):
+                session.write_mounted(meta["mounted"])
         except Exception:
             session.close()
             raise
         return session
+
+    # --- snapshots (see mirl.sandbox.snapshot) ----------------------------------------------
+
+    def _snapshot_meta(self, handle: str) -> dict:
+        """The metadata of snapshot image `handle`; SandboxError when it is no snapshot of ours."""
+        import docker
+
+        if not isinstance(handle, str) or not handle.startswith(f"{REPOSITORY}-"):
+            raise unknown(handle, self.name, f"docker snapshots are image tags {REPOSITORY}-<task>:<id>")
+        try:
+            labels = self.client.images.get(handle).labels or {}
+        except docker.errors.ImageNotFound:
+            raise unknown(handle, self.name, "no such image on the engine (dropped, or taken on another engine)") from None
+        except docker.errors.APIError as e:
+            raise unknown(handle, self.name, f"the engine refused it: {e.explanation or e}") from None
+        meta = decode_meta(labels.get(LABEL, ""))
+        if meta is None:
+            raise unknown(handle, self.name, f"the image has no {LABEL} label: it is not a snapshot")
+        return meta
+
+    def list_snapshots(self, task: str | None = None) -> list[str]:
+        """Handles of the snapshot images on the engine (of task id `task` only, when given)."""
+        out = []
+        for image in self.client.images.list(filters={"label": LABEL}):
+            meta = decode_meta((image.labels or {}).get(LABEL, "")) or {}
+            if task is None or meta.get("task") == task:
+                out += [t.split("/")[-1] for t in image.tags if t.split("/")[-1].startswith(f"{REPOSITORY}-")]
+        return sorted(out)
+
+    def drop_snapshot(self, handle: str) -> None:
+        """Remove a snapshot image; SandboxError when it is unknown or a session still runs from it."""
+        import docker
+
+        self._snapshot_meta(handle)
+        try:
+            self.client.images.remove(handle)
+        except docker.errors.APIError as e:
+            raise SandboxError(f"could not drop snapshot {handle!r}: {e.explanation or e} "
+                               "(close the sessions started from it first)") from None
+
+    def prune_snapshots(self, keep=(), task: str | None = None) -> list[str]:
+        """Drop every snapshot (of task id `task`, when given) not in `keep`; returns the dropped handles.
+        The engine may be shared: without `task` this drops other runs' snapshots too."""
+        keep = set(keep)
+        dropped = [h for h in self.list_snapshots(task) if h not in keep]
+        for h in dropped:
+            self.drop_snapshot(h)
+        return dropped
 
 
 def _dir_tar(dirs: list[str], files: dict[str, tuple[bytes, int]] | None = None) -> bytes:
@@ -467,6 +554,58 @@ class DockerSession:
     def put_files(self, dest: str, files: dict[str, tuple[bytes, int]]) -> None:
         """Write files (relative name -> (bytes, mode)) under the existing directory `dest`."""
         self.container.put_archive(dest, _dir_tar([], files))
+
+    # --- snapshots ------------------------------------------------------------------------
+
+    def snapshot(self) -> str:
+        """Commit the container's files to a local image and return its tag (see `mirl.sandbox.snapshot`).
+
+        The image holds files only, not the processes that run now. The engine-mounted files
+        (/etc/hosts, ...) are not in a commit: those a command wrote to go into the image's label."""
+        import docker
+
+        if self.closed:
+            raise SandboxError("session is closed")
+        meta = encode_meta({"task": self.task.id, "created": round(time.time(), 3), "mounted": self._mounted_changes()})
+        if len(meta) > 256 * 1024:
+            raise SandboxError(f"{self.task.id}: the files the engine mounts (/etc/hosts, ...) are too large to snapshot")
+        repository, tag = f"{REPOSITORY}-{safe_name(self.task.id)}", uuid.uuid4().hex[:12]
+        changes = [f"LABEL {LABEL}={meta}"]
+        try:
+            self.container.commit(repository=repository, tag=tag, pause=True, changes=changes)
+        except docker.errors.APIError as e:  # engines without a cgroup freezer cannot pause
+            log.info("committing %s paused failed (%s); committing it running", self.container.short_id, e)
+            try:
+                self.container.commit(repository=repository, tag=tag, pause=False, changes=changes)
+            except docker.errors.APIError as e:
+                raise SandboxError(f"{self.task.id}: committing the container failed: {e.explanation or e}") from None
+        return f"{repository}:{tag}"
+
+    def _mounted_changes(self) -> dict[str, str]:
+        """Base64 contents of the engine-mounted files that a command wrote to (mtime after the start)."""
+        self.container.reload()
+        started = _epoch(self.container.attrs["State"]["StartedAt"])
+        res = self.run(_MOUNTED_SCRIPT, timeout=30, output_limit=1 << 20)
+        if res.exit_code != 0:
+            raise SandboxError(f"{self.task.id}: could not read the engine-mounted files: {res.output.strip()[-300:]}")
+        out = {}
+        for line in res.output.splitlines():
+            path, mtime, data = (line.split(" ", 2) + ["", ""])[:3]
+            try:
+                written = float(mtime) > started
+            except ValueError:  # a `date` without %N or -r: keep the file rather than lose a change
+                written = True
+            if path in MOUNTED and written:
+                out[path] = data
+        return out
+
+    def write_mounted(self, files: dict[str, str]) -> None:
+        """Write saved contents (base64) back over the engine-mounted files of a restored session."""
+        script = "; ".join(f"printf %s {data} | base64 -d > {path} || exit 1"
+                           for path, data in sorted(files.items()) if path in MOUNTED and set(data) <= _B64)
+        res = self.run(script, timeout=30)
+        if res.exit_code != 0:
+            raise SandboxError(f"{self.task.id}: could not restore {', '.join(files)}: {res.output.strip()[-300:]}")
 
     # --- verification ---------------------------------------------------------------------
 

@@ -375,11 +375,17 @@ class LocalSession:
 
 
 class LocalSandbox:
+    """No snapshots: commands write anywhere on the host, so no directory of ours holds a session's
+    state. Sessions have no `snapshot` method (callers rerun prefixes instead)."""
+
     name = "local"
 
     def __init__(self, config: SandboxConfig | None = None):
         self.config = config or SandboxConfig(backend="local")
 
-    def start(self, task: Task) -> LocalSession:
+    def start(self, task: Task, snapshot: str | None = None) -> LocalSession:
+        if snapshot is not None:
+            raise SandboxError(f"the local backend cannot snapshot (commands write anywhere on the host), so it "
+                               f"cannot start from snapshot {snapshot!r}: use the docker or bwrap backend")
         log.warning("local sandbox: task %s runs UNCONFINED on this machine (throwaway machines only)", task.id)
         return LocalSession(task, self.config)
