@@ -42,6 +42,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 STAGE = "prefixes"
 SAMPLED, CHECKS, PREFIXES, TRAIN, HELDOUT = "sampled.jsonl", "checks.jsonl", "prefixes.jsonl", "train.jsonl", "heldout.jsonl"
+# what a restored filesystem must match when no later step can probe it: every file's path, mode and size,
+# and a digest of the contents, under the places an agent writes (not /proc, /sys, /dev, /tmp, nor the
+# three files the container engine writes per container)
+STATE_DIGEST = ("find / -xdev \\( -path /proc -o -path /sys -o -path /dev -o -path /tmp -o -path /run -o -path /etc/hostname "
+                "-o -path /etc/hosts -o -path /etc/resolv.conf \\) -prune "
+                "-o -printf '%p %m %s\\n' 2>/dev/null | sort | md5sum; "
+                "find /app /root /etc -xdev -type f ! -path /etc/hostname ! -path /etc/hosts ! -path /etc/resolv.conf "
+                "-print0 2>/dev/null | sort -z | xargs -0 cat 2>/dev/null | md5sum")  # the engine writes those three
 _BACKGROUND = re.compile(r"(^|[^&])&\s*($|[;\n)])|\bnohup\b|\bsetsid\b|\bdisown\b|\bservice\s+\S+\s+(start|restart)\b|"
                          r"\bsystemctl\s+(start|restart)\b|\b(daemon|--daemon|-d)\b.*\b(redis|nginx|mysqld|postgres)")
 
@@ -202,10 +210,18 @@ class PrefixStage(Stage):
                                      "normalized_ok": s["normalized"]}
             prefix.restore = {"rerun_s": round(rerun_s, 4), "commands": sum(s.command is not None for s in steps)}
             if self.params.prefixes.snapshot and report.normalized:
-                self.snapshot(prefix, session, task, steps)
+                nxt = traj.steps[prefix.steps] if prefix.steps < len(traj.steps) else None
+                after = nxt if nxt is not None and nxt.command is not None and not nxt.timed_out else None
+                self.snapshot(prefix, session, task, steps, after)
 
-    def snapshot(self, prefix: Prefix, session, task, steps) -> None:
-        """Save the state, restore it in a fresh sandbox, and check the last command prints the same."""
+    def snapshot(self, prefix: Prefix, session, task, steps, after) -> None:
+        """Save the state, restore it in a fresh sandbox, and check it there.
+
+        The check runs the step that came after the prefix (`after`, the trajectory's step at the
+        error: the correction or the step that ran) and compares its output with the recorded one.
+        Without such a step, a listing of the files (paths, modes, sizes, contents) is compared
+        between the original and the restored session. Re-running the prefix's own last command
+        would not do: `echo x >> f` is not idempotent. A failed snapshot is dropped, not kept."""
         save = getattr(session, "snapshot", None)
         if save is None:
             prefix.restore["snapshot"] = f"the {self.sandbox().name} backend cannot snapshot"
@@ -215,20 +231,38 @@ class PrefixStage(Stage):
             prefix.verdict["snapshot"] = False
             prefix.restore["snapshot"] = "the prefix starts processes, which a snapshot cannot hold: rerun it"
             return
-        handle = save()
-        t0 = time.perf_counter()
-        with self.sandbox().start(task, snapshot=handle) as restored:
-            restore_s = time.perf_counter() - t0
-            probe = next((s for s in reversed(steps) if s.command is not None), None)
-            ok = True
-            if probe is not None:
-                from mirl.agent.restore import normalize_output
+        from mirl.agent.restore import normalize_output
 
-                r = restored.run(probe.command, timeout=self.params.agent.command_timeout_s)
-                ok = r.exit_code == probe.exit_code and (
-                    normalize_output(r.output, probe.command) == normalize_output(probe.output, probe.command))
+        timeout = self.params.agent.command_timeout_s
+        handle = None
+        try:
+            reference = None if after is not None else session.run(STATE_DIGEST, timeout=timeout).output
+            handle = save()
+            t0 = time.perf_counter()
+            with self.sandbox().start(task, snapshot=handle) as restored:
+                restore_s = time.perf_counter() - t0
+                if after is not None:
+                    r = restored.run(after.command, timeout=timeout)
+                    ok = r.exit_code == after.exit_code and (
+                        normalize_output(r.output, after.command) == normalize_output(after.output, after.command))
+                else:
+                    ok = restored.run(STATE_DIGEST, timeout=timeout).output == reference
+        except Exception as e:  # noqa: BLE001 - the rerun verdicts stand; only the snapshot failed
+            prefix.verdict["snapshot"] = False
+            prefix.restore["snapshot_error"] = f"{type(e).__name__}: {e}"
+            ok = False
+            restore_s = None
         prefix.verdict["snapshot"] = ok
-        prefix.restore.update(snapshot=handle, restore_s=round(restore_s, 4))
+        if not ok and "snapshot_error" not in prefix.restore:
+            prefix.restore["snapshot_error"] = f"the restored state did not reproduce ({'next step' if after else 'file listing'})"
+        if ok:
+            prefix.restore.update(snapshot=handle, restore_s=round(restore_s, 4),
+                                  probe="next step" if after is not None else "file listing")
+        elif handle is not None:
+            try:
+                self.sandbox().drop_snapshot(handle)
+            except Exception as e:  # noqa: BLE001
+                log.warning("could not drop snapshot %s: %s", handle, e)
 
     # --- finalize -----------------------------------------------------------------------------------
 

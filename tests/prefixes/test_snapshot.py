@@ -26,6 +26,8 @@ SCENARIOS = {
                    "stat -c '%a %n' out/f.txt; cat out/f.txt /root/.made; ls /etc/debian_version 2>&1; tail -1 /etc/os-release"],
     "snap-service": ["python3 -m http.server 8765 >/dev/null 2>&1 &", "echo started"],
     "snap-random": ["head -c 12 /dev/urandom | base64 > r.txt", "cat r.txt"],
+    # the last command is not idempotent: re-running it on the restored state would print 2, not 1
+    "snap-append": ["echo x >> log.txt; wc -l < log.txt"],
 }
 
 
@@ -86,7 +88,10 @@ def test_snapshot_mode_keeps_reproduced_file_prefixes(tmp_path, sandbox, task_fa
         random = got["snap-random"]  # not reproduced: nothing is saved
         assert random.verdict == {"exact": False, "normalized": False, "snapshot": None}
         assert set(random.restore) == {"rerun_s", "commands"}
-        assert summary["all"]["snapshot"] == 1 and summary["all"]["errors"] == 0
+        append = got["snap-append"]  # checked by the file listing, not by re-running `>>`
+        assert append.verdict == {"exact": True, "normalized": True, "snapshot": True}, append.restore
+        assert append.restore["probe"] == "file listing"
+        assert summary["all"]["snapshot"] == 2 and summary["all"]["errors"] == 0
         with sandbox.start(tasks["snap-files"], snapshot=files.restore["snapshot"]) as s:  # an RL start
             probe = SCENARIOS["snap-files"][-1]
             assert s.run(probe, timeout=30).output == recorded["snap-files"]["steps"][-1]["output"]
