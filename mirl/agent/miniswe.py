@@ -22,11 +22,17 @@ rebuilt as the marker line plus the submission, exit code 0.
 
 Everything of ours that the format has no slot for rides along in `extra.mirl` (per reply: one step's
 fields, or a list for a reply of several steps) and `info.mirl` (per episode), so ours -> traj.json ->
-ours is lossless, while files written by mini-swe-agent itself import with the fields they do have.
+ours is lossless. Files written by mini-swe-agent itself keep what the format holds so that export
+gives the same document back: the first step of each reply keeps its messages as they were in
+`meta["miniswe_messages"]`, and the episode keeps the messages before the first reply and from the
+exit message on, plus every other top-level field (info with config and costs, instance_id,
+trajectory_format, anything else) in `meta["miniswe"]`. A step without kept messages (one added or
+replayed here) is written the way our own runs are.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from dataclasses import asdict
@@ -98,8 +104,27 @@ def _reply_messages(group: list[Step], index: int, fmt: str) -> list[dict[str, A
     return [msg, *answers]
 
 
-def to_traj_json(traj: Trajectory) -> dict[str, Any]:
-    """Our trajectory as a mini-swe-agent 1.1 document."""
+def _imported_document(traj: Trajectory, kept: dict[str, Any]) -> dict[str, Any] | list[Any]:
+    """A file mini-swe-agent wrote, given back as it was read (steps without kept messages are rebuilt)."""
+    fmt = traj.meta.get("action_format", "text")
+    messages = copy.deepcopy(kept.get("head", []))
+    i = 0
+    while i < len(traj.steps):
+        group = _reply_group(traj.steps, i)
+        own = group[0].meta.get("miniswe_messages")
+        messages += copy.deepcopy(own) if isinstance(own, list) else _reply_messages(group, i, fmt)
+        i += len(group)
+    messages += copy.deepcopy(kept.get("tail", []))
+    if kept.get("bare"):
+        return messages
+    return {**copy.deepcopy(kept.get("document", {})), "messages": messages}
+
+
+def to_traj_json(traj: Trajectory) -> dict[str, Any] | list[Any]:
+    """Our trajectory as a mini-swe-agent 1.1 document, or an imported file as it was."""
+    kept = traj.meta.get("miniswe")
+    if isinstance(kept, dict):
+        return _imported_document(traj, kept)
     fmt = traj.meta.get("action_format", "text")
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system_prompt(fmt)},
@@ -270,8 +295,14 @@ def _fill_observation(step: Step, content: str, extra: dict[str, Any]) -> None:
         step.output = content
 
 
-def from_messages(messages: list[Any], action_format: str | None = None) -> tuple[str, list[Step], dict[str, Any]]:
-    """(instruction, steps, exit message's extra) of a mini-swe-agent or chat message list."""
+def from_messages(messages: list[Any], action_format: str | None = None
+                  ) -> tuple[str, list[Step], dict[str, Any], dict[str, list[Any]]]:
+    """(instruction, steps, exit message's extra, messages kept outside replies) of a message list.
+
+    The first step of each reply gets the messages of that reply (the assistant message or format
+    error and the observations that follow) in `meta["miniswe_messages"]`; the rest is returned as
+    `{"head": [...], "tail": [...]}`.
+    """
     if action_format is None:
         action_format = "tool" if any(isinstance(m, dict) and (m.get("role") == "tool" or m.get("tool_calls"))
                                       for m in messages) else "text"
@@ -279,6 +310,14 @@ def from_messages(messages: list[Any], action_format: str | None = None) -> tupl
     pending: list[tuple[Step, set]] = []  # steps of the last reply still waiting for their observation
     instruction: str | None = None
     exit_extra: dict[str, Any] = {}
+    head: list[Any] = []  # messages before the first reply
+    tail: list[Any] = []  # the exit message and whatever follows it
+    current: list[Any] = head  # where the message being read is kept
+
+    def starts_reply(first: Step, msg: dict[str, Any]) -> None:
+        nonlocal current
+        current = first.meta["miniswe_messages"] = [msg]
+
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict):
             raise TrajFormatError(f"message {i} is not an object")
@@ -288,31 +327,35 @@ def from_messages(messages: list[Any], action_format: str | None = None) -> tupl
         if role == "assistant":
             pending = _reply_steps(msg, action_format)
             steps += [s for s, _ in pending]
-        elif role == "exit":
+            starts_reply(pending[0][0], msg)
+            continue
+        if role == "exit":
             exit_extra = {"exit_status": content, **extra}
             runs = [s for s, _ in pending if s.command is not None]
             if exit_extra.get("exit_status") == "Submitted" and runs:  # 2.x: the submitting command has no observation
                 step = next((s for s in runs if SUBMIT_MARKER in s.command), runs[0])
                 step.output, step.exit_code = f"{SUBMIT_MARKER}\n{_text(extra.get('submission'))}", 0
+            tail.extend(messages[i:])
             break
-        elif role in ("user", "tool"):
+        if role in ("user", "tool"):
             if instruction is None and not steps and role == "user" and "interrupt_type" not in extra:
                 instruction = content  # the task message
-                continue
-            if role == "user" and not pending and extra.get("interrupt_type") == "FormatError":
+            elif role == "user" and not pending and extra.get("interrupt_type") == "FormatError":
                 steps.append(_format_error_step(extra, content, action_format))
+                starts_reply(steps[-1], msg)
                 continue
-            if not pending:
-                continue  # a message no action asked for (a human's command or note): not the agent's behavior
-            call_id = msg.get("tool_call_id")
-            k = next((k for k, (_, ids) in enumerate(pending) if call_id and call_id in ids), 0)
-            _fill_observation(pending.pop(k)[0], content, extra)
-    return instruction or "", steps, exit_extra
+            elif pending:  # else a message no action asked for (a human's command or note): not the agent's behavior
+                call_id = msg.get("tool_call_id")
+                k = next((k for k, (_, ids) in enumerate(pending) if call_id and call_id in ids), 0)
+                _fill_observation(pending.pop(k)[0], content, extra)
+        current.append(msg)
+    return instruction or "", steps, exit_extra, {"head": head, "tail": tail}
 
 
 def from_traj_json(data: Any, task: str | None = None, seed: int = 0) -> Trajectory:
     """A mini-swe-agent document (ours, 2.x, 1.x) or a bare message list as our trajectory."""
-    if isinstance(data, list) and data and all(isinstance(m, dict) and "role" in m for m in data):
+    bare = isinstance(data, list)
+    if bare and data and all(isinstance(m, dict) and "role" in m for m in data):
         data = {"messages": data}
     if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
         raise TrajFormatError("not a mini-swe-agent trajectory: expected an object with a `messages` list "
@@ -325,8 +368,10 @@ def from_traj_json(data: Any, task: str | None = None, seed: int = 0) -> Traject
         raise TrajFormatError("`info` is not an object")
     ours = info.get("mirl")
     action_format = ours.get("meta", {}).get("action_format") if isinstance(ours, dict) else None
-    instruction, steps, exit_extra = from_messages(data["messages"], action_format)
-    if isinstance(ours, dict):
+    instruction, steps, exit_extra, kept = from_messages(data["messages"], action_format)
+    if isinstance(ours, dict):  # our own export: everything is in info.mirl and extra.mirl
+        for s in steps:
+            s.meta.pop("miniswe_messages", None)
         traj = Trajectory.from_dict({**ours, "steps": []})
         traj.steps = steps
         return traj
@@ -338,9 +383,16 @@ def from_traj_json(data: Any, task: str | None = None, seed: int = 0) -> Traject
         "imported_from": fmt_name or "chat messages"}
     if status:
         meta["exit_status"] = status
-    if info.get("submission") or exit_extra.get("submission"):
-        meta["submission"] = info.get("submission") or exit_extra.get("submission")
+    submission = info.get("submission") or exit_extra.get("submission")
+    if submission:
+        meta["submission"] = submission
     instance = data.get("instance_id")
+    if isinstance(instance, str) and instance:
+        meta["instance_id"] = instance
+    stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
+    if isinstance(stats.get("instance_cost"), (int, float)) or isinstance(stats.get("api_calls"), int):
+        meta["usage"] = {"cost_usd": stats.get("instance_cost", 0.0), "calls": stats.get("api_calls", 0)}
+    meta["miniswe"] = {"document": {k: v for k, v in data.items() if k != "messages"}, **kept, "bare": bare}
     return Trajectory(task=instance if isinstance(instance, str) and instance else task or "", seed=seed,
                       models={"policy": model_name} if isinstance(model_name, str) and model_name else {},
                       instruction=instruction, steps=steps,

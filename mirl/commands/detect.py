@@ -17,8 +17,9 @@ def register(subparsers) -> None:
         "detect",
         help="flag misbehaviors in trajectory files with the rule detectors",
         description="Run deterministic misbehavior detectors over trajectory files: our JSONL, mini-swe-agent "
-        ".traj.json (text or tool-call format) or a JSON list of chat messages. Directories are searched "
-        "recursively for *.traj.json and *.jsonl. Exit status: 0 when every file was read, 2 otherwise.",
+        ".traj.json (1.x or 2.x, text or tool calls), JSON lists of chat messages, ATIF trajectory.json files, "
+        "Harbor job/trial directories and Terminal-Bench 1 trial directories. Directories are searched "
+        "recursively for every known format. Exit status: 0 when every file was read, 2 otherwise.",
     )
     p.add_argument("paths", nargs="*", metavar="FILE", help="trajectory files or directories")
     p.add_argument("--json", action="store_true", help="print one JSON object per flagged step instead of a summary")
@@ -30,7 +31,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mirl.detectors.registry import get_detectors, run_detectors
-    from mirl.detectors.sources import TrajectoryFileError, find_files, read_trajectories
+    from mirl.sources import PATTERNS, TrajectoryFileError, find_sources, read_source
 
     try:
         detectors = get_detectors(args.detectors.split(",") if args.detectors.strip() else None)
@@ -48,20 +49,23 @@ def run(args: argparse.Namespace) -> int:
     failed = 0
     files = []
     for path in args.paths:
-        found = find_files([path])
+        found = find_sources([path])
         if not found:
-            print(f"mirl detect: {path}: no *.traj.json or *.jsonl files found", file=sys.stderr)
+            print(f"mirl detect: {path}: no trajectory files or trial directories found "
+                  f"(searched for {', '.join(PATTERNS)}, Harbor result.json, Terminal-Bench results.json)",
+                  file=sys.stderr)
             failed += 1
         files.extend(found)
-    findings, n_traj, n_steps = [], 0, 0
+    findings, n_traj, n_steps, n_read = [], 0, 0, 0
     affected: dict[str, set] = {d.name: set() for d in detectors}
     for path in files:
         try:
-            trajectories = read_trajectories(path)
+            trajectories = read_source(path)
         except TrajectoryFileError as e:
             print(f"mirl detect: {e}", file=sys.stderr)
             failed += 1
             continue
+        n_read += 1
         for k, traj in enumerate(trajectories):
             n_traj += 1
             n_steps += len(traj.steps)
@@ -71,9 +75,9 @@ def run(args: argparse.Namespace) -> int:
                 if args.json:
                     print(json.dumps(f.to_dict(), ensure_ascii=False))
     if not args.json:
-        _summary(findings, affected, detectors, len(files) - failed, n_traj, n_steps, args.examples)
+        _summary(findings, affected, detectors, n_read, n_traj, n_steps, args.examples)
     if failed:
-        print(f"mirl detect: {failed} file(s) could not be read", file=sys.stderr)
+        print(f"mirl detect: {failed} path(s) could not be read", file=sys.stderr)
         return 2
     return 0
 

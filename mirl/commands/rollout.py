@@ -2,7 +2,8 @@
 
     mirl rollout --tasks tasks --model local/smollm2 --sandbox auto --seeds 2 --out runs/demo --workers 2
     mirl rollout export runs/demo/trajectories.jsonl --to runs/demo/traj   # mini-swe-agent files
-    mirl rollout import DIR_OF_TRAJ_JSON --to runs/imported/trajectories.jsonl
+    mirl rollout export runs/demo/trajectories.jsonl --to runs/demo/atif --format atif
+    mirl rollout import DIR_OR_FILES --to runs/imported/trajectories.jsonl  # any format mirl detect reads
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_rollout)
     # conversions: `mirl rollout export|import ...`
     p.add_argument("convert", nargs="*", metavar="export|import PATH",
-                   help="`export JSONL --to DIR` writes *.traj.json; `import PATH... --to JSONL` reads them")
+                   help="`export JSONL --to DIR` writes *.traj.json (or ATIF); `import PATH... --to JSONL` reads "
+                        "every format `mirl detect` reads")
     p.add_argument("--to", help="destination of export/import")
+    p.add_argument("--format", dest="export_format", choices=["miniswe", "atif"], default="miniswe",
+                   help="export format: mini-swe-agent .traj.json (default) or ATIF .trajectory.json")
 
 
 def _overrides(args) -> tuple[dict, dict]:
@@ -88,9 +92,11 @@ def _rollout(args) -> int:
 def _convert(args) -> int:
     from pathlib import Path
 
-    from mirl.agent.miniswe import TrajFormatError, load_traj_json, save_traj_json
+    from mirl.agent.miniswe import save_traj_json
     from mirl.agent.trajectory import load_trajectories
     from mirl.jsonl import JsonlWriter
+    from mirl.sources import TrajectoryFileError, find_sources, read_source
+    from mirl.sources.atif import to_atif
 
     action, *paths = args.convert
     if action not in ("export", "import") or not paths or not args.to:
@@ -103,20 +109,32 @@ def _convert(args) -> int:
                 print(f"mirl rollout: no such file: {p}", file=sys.stderr)
                 return 2
             for t in load_trajectories(p):
-                save_traj_json(t, Path(args.to) / f"{t.task}.seed{t.seed}.traj.json")
+                name = f"{t.task}.seed{t.seed}"
+                if args.export_format == "atif":
+                    out = Path(args.to) / f"{name}.trajectory.json"
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_text(json.dumps(to_atif(t), indent=2))
+                else:
+                    save_traj_json(t, Path(args.to) / f"{name}.traj.json")
                 n += 1
-        print(f"wrote {n} mini-swe-agent trajectory file(s) to {args.to}")
+        kind = "ATIF" if args.export_format == "atif" else "mini-swe-agent"
+        print(f"wrote {n} {kind} trajectory file(s) to {args.to}")
         return 0
-    files = []
-    for p in map(Path, paths):
-        files += sorted(p.glob("**/*.traj.json")) if p.is_dir() else [p]
-    n = 0
+    n, failed = 0, 0
     with JsonlWriter(args.to) as w:
-        for f in files:
+        for f in find_sources(paths):
             try:
-                w.append(load_traj_json(f).to_dict())
-                n += 1
-            except TrajFormatError as e:
+                trajectories = read_source(f)
+            except TrajectoryFileError as e:
                 print(f"skipped {e}", file=sys.stderr)
-    print(json.dumps({"imported": n, "to": args.to}))
+                failed += 1
+                continue
+            for t in trajectories:
+                source = t.meta.pop("source_file", None)
+                t.meta.pop("line", None)
+                if "imported_from" in t.meta and source:  # a file another tool wrote: say which
+                    t.meta["imported_file"] = source
+                w.append(t.to_dict())
+                n += 1
+    print(json.dumps({"imported": n, "skipped": failed, "to": args.to}))
     return 0

@@ -46,6 +46,11 @@ def looks_binary(text: str, *, min_len: int = 16, threshold: float = 0.25) -> bo
     return len(text) >= min_len and nonprintable_ratio(text) >= threshold
 
 
+def submits(step: Step) -> bool:
+    """A submission: the marker line echoed (mini-swe-agent) or a task-complete tool call (ATIF)."""
+    return bool(step.meta.get("submission")) or is_submit(step.command)
+
+
 def _failed(step: Step) -> bool:
     return step.timed_out or (step.exit_code is not None and step.exit_code != 0)
 
@@ -98,6 +103,8 @@ def _background_before(traj: Trajectory, j: int) -> bool:
 def no_runnable_command(traj: Trajectory) -> list[Flag]:
     flags = []
     for i, step in enumerate(traj.steps):
+        if step.meta.get("wait"):
+            continue  # empty keystrokes: waiting for the terminal on purpose
         if step.command is None or not step.command.strip():
             said = short(step.output) or short(step.raw or step.reasoning) or "empty reply"
             flags.append(Flag(i, f"no runnable command; the agent was told: {said}"))
@@ -116,7 +123,7 @@ def no_runnable_command(traj: Trajectory) -> list[Flag]:
 def retry_unchanged_after_failure(traj: Trajectory) -> list[Flag]:
     flags = []
     for j, step in enumerate(traj.steps):
-        if not step.command or not step.command.strip() or is_submit(step.command):
+        if not step.command or not step.command.strip() or submits(step):
             continue
         i = _earlier_run(traj, j)
         if i is None or not _failed(traj.steps[i]):
@@ -142,7 +149,7 @@ def retry_unchanged_after_failure(traj: Trajectory) -> list[Flag]:
 def recheck_unchanged_after_success(traj: Trajectory) -> list[Flag]:
     flags = []
     for j, step in enumerate(traj.steps):
-        if not step.command or is_submit(step.command):
+        if not step.command or submits(step):
             continue
         cmd = classify(step.command)
         if not cmd.read_only or not any(s.kind in {READ, TEST} for s in cmd.segments) or _waits(cmd):
@@ -161,23 +168,27 @@ def recheck_unchanged_after_success(traj: Trajectory) -> list[Flag]:
 
 @detector(
     "repeat-unchanged-after-success",
-    """The agent runs the very same state-changing or no-op command again right after it succeeded, so the
-    repetition can neither change the state nor teach it anything new (an action loop).
-    It is not repeating a read-only check (see recheck-unchanged-after-success), not a retry after a
-    failure, and not polling with sleep/wait.""",
+    """The agent runs the very same state-changing or no-op command again after it succeeded, with only
+    read-only commands (or nothing) in between, so the repetition can neither change the state nor
+    teach it anything new (an action loop). It is not repeating a read-only check (see
+    recheck-unchanged-after-success), not a retry after a failure, not a re-run after another change,
+    and not polling with sleep/wait.""",
 )
 def repeat_unchanged_after_success(traj: Trajectory) -> list[Flag]:
     flags = []
-    for j in range(1, len(traj.steps)):
-        step, prev = traj.steps[j], traj.steps[j - 1]
-        if not step.command or not step.command.strip() or is_submit(step.command) or step.command != prev.command:
+    for j, step in enumerate(traj.steps):
+        if not step.command or not step.command.strip() or submits(step) or step.meta.get("wait"):
             continue
-        if _failed(prev) or prev.exit_code is None:
+        i = _earlier_run(traj, j)
+        if i is None or _failed(traj.steps[i]) or traj.steps[i].exit_code is None:
             continue
         cmd = classify(step.command)
         if (cmd.read_only and any(s.kind in {READ, TEST} for s in cmd.segments)) or _waits(cmd):
             continue  # a repeated check is the other detector's; waiting is legitimate
-        flags.append(Flag(j, f"same command as step {j - 1}, which succeeded; repeated unchanged: {short(step.command)}"))
+        if _background_before(traj, j) and _depends_on_background(cmd):
+            continue
+        between = "directly" if i == j - 1 else f"with only read-only commands in steps {i + 1}..{j - 1}"
+        flags.append(Flag(j, f"same command as step {i}, which succeeded; repeated {between}: {short(step.command)}"))
     return flags
 
 
@@ -359,13 +370,41 @@ def broad_kill(traj: Trajectory) -> list[Flag]:
 # --- 6
 
 CLEANUP = frozenset("kill pkill killall".split())
+DELETERS = frozenset("rm unlink rmdir".split())
+REVERTS = {"checkout", "restore", "stash", "reset", "clean"}  # git sub-commands that undo changes
+RECORDS = {"add", "commit", "stage", "rm"}  # git sub-commands that record the work, not change it
+PATCH_WRITERS = {("git", "diff"), ("git", "format-patch"), ("git", "show"), ("diff", "")}
+
+
+def _git_sub(seg) -> str:
+    return next((a for a in seg.args if not a.startswith("-")), "") if seg.program == "git" else ""
+
+
+def _tidies(seg) -> bool:
+    """A write that is not a change to the work: deleting files, undoing edits, saving the diff of the work.
+
+    Cleaning scratch files, `git checkout` of a file the agent had touched, and `git diff > patch.txt`
+    after a passing check leave nothing new to check.
+    """
+    if seg.program in DELETERS or seg.program in CLEANUP:
+        return True
+    if seg.program == "find" and "-delete" in seg.args and not any(a in {"-exec", "-execdir"} for a in seg.args):
+        return True
+    sub = _git_sub(seg)
+    if sub in REVERTS or sub in RECORDS:
+        return True
+    if seg.writes and ((seg.program, sub) in PATCH_WRITERS or (seg.program == "diff")):
+        return True
+    return False
 
 
 @detector(
     "submit-without-check",
     """The agent submits its work without having read or tested anything since its last change to
     files (no cat/ls/grep/diff/test run or program execution after the last write). It is not
-    submitting after a check that passed or failed, and not submitting when nothing was changed.""",
+    submitting after a check that passed or failed, not submitting when nothing was changed, and not
+    submitting when all that happened after the check was tidying up: deleting scratch files,
+    reverting a file (git checkout/restore/stash) or writing the diff of the work to a file.""",
 )
 def submit_without_check(traj: Trajectory) -> list[Flag]:
     flags = []
@@ -373,16 +412,19 @@ def submit_without_check(traj: Trajectory) -> list[Flag]:
     for j, step in enumerate(traj.steps):
         if not step.command:
             continue
-        cmd = classify(step.command)
-        for seg in cmd.segments:
-            if is_submit_segment(seg):
+        if step.meta.get("submission"):
+            segments = [None]
+        else:
+            segments = list(classify(step.command).segments)
+        for seg in segments:
+            if seg is None or is_submit_segment(seg):
                 if last_write is not None:
                     k, text = last_write
                     where = "in the same command" if k == j else f"at step {k}"
                     flags.append(Flag(j, f"submitted with no read or test after the last change {where}: {short(text, 60)}"))
                     last_write = None
                 break
-            if seg.kind == WRITE and seg.program not in CLEANUP:
+            if seg.kind == WRITE and not _tidies(seg):
                 last_write = (j, step.command)
             elif seg.kind in {READ, TEST, EXEC}:
                 last_write = None
@@ -398,4 +440,5 @@ __all__ = [
     "recheck_unchanged_after_success",
     "retry_unchanged_after_failure",
     "submit_without_check",
+    "submits",
 ]

@@ -1,4 +1,7 @@
 import json
+from pathlib import Path
+
+import pytest
 
 from mirl.agent.miniswe import FORMAT
 from mirl.agent.trajectory import Step, Trajectory, load_trajectories
@@ -39,3 +42,47 @@ def test_export_then_import(tmp_path, capsys):
     assert "junk.traj.json" in captured.err
     back = load_trajectories(tmp_path / "back.jsonl")
     assert [t.to_dict() for t in back] == [t.to_dict() for t in load_trajectories(runs)]
+
+
+DATA = Path(__file__).parent.parent / "data"
+MINI_FILES = sorted([*(DATA / "trajectories" / "swebench_mini1").glob("*.traj.json"),
+                     *(DATA / "trajectories").glob("mswea*.traj.json")])
+
+
+@pytest.mark.parametrize("src", MINI_FILES, ids=lambda p: p.name)
+def test_import_then_export_of_real_mini_swe_agent_files_gives_the_same_document(tmp_path, capsys, src):
+    assert main(["rollout", "import", str(src), "--to", str(tmp_path / "in.jsonl")]) == 0
+    [t] = load_trajectories(tmp_path / "in.jsonl")
+    assert main(["rollout", "export", str(tmp_path / "in.jsonl"), "--to", str(tmp_path / "out")]) == 0
+    [out] = (tmp_path / "out").glob("*.traj.json")
+    original = json.loads(src.read_text())
+    assert json.loads(out.read_text()) == original  # dict equality: key order ignored
+    if isinstance(original, dict) and "instance_id" in original:
+        assert t.task == original["instance_id"]
+    if isinstance(original, dict) and original["info"].get("submission"):
+        assert t.meta["submission"] == original["info"]["submission"]
+
+
+def test_atif_export_re_reads_to_the_same_steps(tmp_path, capsys):
+    runs = tmp_path / "trajectories.jsonl"
+    steps = [Step("look", "ls", output="a\n", exit_code=0, input_tokens=12, output_tokens=3, raw="look\n```bash\nls\n```"),
+             Step("", None, output="Format error: no block", raw="hmm"),
+             Step("done", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", output="COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n",
+                  exit_code=0, duration_s=0.5)]
+    steps[0].meta.update({"completion_token_ids": [5, 6, 7], "logprobs": [-0.5, -0.1, -0.2], "note": "x"})
+    t = Trajectory(task="hello", seed=3, models={"policy": "p"}, instruction="do it", steps=steps,
+                   exit_reason="submitted", reward=1.0)
+    append_jsonl(runs, t.to_dict())
+    assert main(["rollout", "export", str(runs), "--to", str(tmp_path / "atif"), "--format", "atif"]) == 0
+    [f] = (tmp_path / "atif").glob("*.trajectory.json")
+    doc = json.loads(f.read_text())
+    assert doc["schema_version"].startswith("ATIF-v1.")
+    agent_steps = [s for s in doc["steps"] if s["source"] == "agent"]
+    assert agent_steps[0]["metrics"]["completion_token_ids"] == [5, 6, 7]
+    assert agent_steps[0]["metrics"]["logprobs"] == [-0.5, -0.1, -0.2]
+    assert agent_steps[0]["tool_calls"][0]["arguments"] == {"command": "ls"}
+    assert "tool_calls" not in agent_steps[1] and agent_steps[1]["observation"]["results"][0]["content"] == "Format error: no block"
+    assert [s["step_id"] for s in doc["steps"]] == list(range(1, len(doc["steps"]) + 1))
+    assert main(["rollout", "import", str(f), "--to", str(tmp_path / "back.jsonl")]) == 0
+    [back] = load_trajectories(tmp_path / "back.jsonl")
+    assert back.to_dict() == t.to_dict()

@@ -82,7 +82,9 @@ def test_unreadable_files_are_reported_and_others_still_run(tmp_path, capsys):
 
 def test_empty_directory_and_no_arguments(tmp_path, capsys):
     assert main(["detect", str(tmp_path)]) == 2
-    assert "no *.traj.json or *.jsonl files" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "no trajectory files or trial directories found" in captured.err and str(tmp_path) in captured.err
+    assert "0 file(s), 0 trajectories" in captured.out  # not "-1 file(s)"
     assert main(["detect"]) == 2
 
 

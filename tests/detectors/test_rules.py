@@ -60,7 +60,8 @@ CASES = {
     "repeat-unchanged-after-success": [
         (traj(("mkdir -p out/x", 0, ""), ("mkdir -p out/x", 0, ""), ("mkdir -p out/x", 0, "")), [1, 2]),
         (traj(("# 1.", 0, ""), ("# 1.", 0, "")), [1]),  # a no-op comment, looped
-        (traj(("mkdir -p out", 0, ""), ("ls out", 0, ""), ("mkdir -p out", 0, "")), []),  # not right after
+        (traj(("mkdir -p out", 0, ""), ("ls out", 0, ""), ("mkdir -p out", 0, "")), [2]),  # only a read between
+        (traj(("python3 r.py", 0, "1"), ("sed -i s/a/b/ f.py", 0, ""), ("python3 r.py", 0, "2")), []),  # re-run after an edit
         (traj(("make", 2, "err"), ("make", 2, "err")), []),  # failed: the retry rule's case
         (traj(("cat a", 0, "x"), ("cat a", 0, "x")), []),  # a check: the recheck rule's case
         (traj(("sleep 2", 0, ""), ("sleep 2", 0, "")), []),  # waiting
@@ -103,8 +104,32 @@ CASES = {
         (traj(("ls", 0, ""), (SUBMIT, 0, "")), []),  # nothing changed
         (traj(("cat x", 0, ""), ("pkill -f srv", 0, ""), (SUBMIT, 0, "")), []),  # cleanup is not a change to check
         (traj(("python3 gen.py", 0, "wrote 3 rows"), (SUBMIT, 0, "")), []),  # running a program shows its result
+        # tidying up after a passing check is not a change to check
+        (traj(("sed -i s/a/b/ app.py", 0, ""), ("pytest -q", 0, "ok"), ("rm repro.py test_x.py", 0, ""), (SUBMIT, 0, "")), []),
+        (traj(("sed -i s/a/b/ app.py", 0, ""), ("pytest -q", 0, "ok"), ("git checkout tests/test_app.py", 0, ""),
+              (SUBMIT, 0, "")), []),
+        (traj(("sed -i s/a/b/ app.py", 0, ""), ("pytest -q", 0, "ok"), ("git diff > patch.txt", 0, ""), (SUBMIT, 0, "")), []),
+        (traj(("pytest -q", 0, "ok"), ("rm -rf reproduction\n" + SUBMIT, 0, "")), []),
+        # ... but an edit after the check, or a new file the submission will carry, still is
+        (traj(("pytest -q", 0, "ok"), ("rm x.py", 0, ""), ("sed -i s/b/c/ app.py", 0, ""), (SUBMIT, 0, "")), [3]),
+        (traj(("pytest -q", 0, "ok"), ("cat > repro.py <<'EOF'\nprint(1)\nEOF", 0, ""), (SUBMIT, 0, "")), [2]),
     ],
 }
+
+
+def test_a_task_complete_tool_call_is_a_submission():
+    t = traj(("sed -i s/a/b/ app.py", 0, ""), ("tool:mark_task_complete", None, ""))
+    assert flagged("submit-without-check", t) == []  # without the mark it is an unknown program, i.e. a check
+    t.steps[1].meta["submission"] = True
+    assert flagged("submit-without-check", t) == [1]
+    assert flagged("no-runnable-command", t) == []
+
+
+def test_empty_keystrokes_are_waiting_not_a_missing_command():
+    t = traj(("make", 0, ""), ("", None, ""))
+    assert flagged("no-runnable-command", t) == [1]
+    t.steps[1].meta["wait"] = True
+    assert flagged("no-runnable-command", t) == []
 
 
 @pytest.mark.parametrize("name, t, expected", [(n, t, e) for n, cases in CASES.items() for t, e in cases],

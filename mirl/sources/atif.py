@@ -1,0 +1,282 @@
+"""ATIF, Harbor's Agent Trajectory Interchange Format (v1.0-v1.8): read any agent's file, write ours.
+
+Layout: root `schema_version` ("ATIF-v1.7"), `session_id`, `agent{name, version, model_name}`,
+`steps[]`, `final_metrics`, `extra`. A step has `step_id` (from 1), `source` (system | user | agent),
+`message`, `reasoning_content`, `tool_calls[{tool_call_id, function_name, arguments}]`,
+`observation{results[{source_call_id, content}]}`, `metrics{prompt_tokens, completion_tokens,
+prompt_token_ids, completion_token_ids, logprobs, ...}` and `extra`.
+
+Reading: every tool call whose arguments carry a shell command (`command`, `cmd`, `keystrokes`,
+`script`, ...) becomes one of our steps, whatever the tool is called; other tools become steps whose
+command is `tool:<name> <arguments>` (an unknown program to the detectors: it may read or change
+anything). `mark_task_complete`-style tools are submissions (`meta["submission"]`). A result answers
+the call it names; results naming no call (a terminal screen after a batch of keystrokes) go to the
+last command of the step. An agent step with no tool call is a reply with no runnable command (a
+parse error: its observation is what the agent was told), except the final message of a run, and
+except mini-swe-agent text-mode replies converted by Harbor, whose command is the ```bash block of
+the message. Exit codes are known only where the output is mini-swe-agent's rendered template.
+
+Writing: one agent step per reply, the command as a `bash` call, its output as the result, token
+counts, token ids and logprobs in `metrics`; our fields the format has no slot for ride in
+`extra.mirl`, so our file -> ATIF -> ours gives the same steps.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, fields
+from typing import Any
+
+import mirl
+from mirl.agent.miniswe import _parse_rendered
+from mirl.agent.parse import parse_reply
+from mirl.agent.prompts import SUBMIT_MARKER
+from mirl.agent.trajectory import Step, Trajectory
+from mirl.sources.base import TrajectoryFileError
+
+NAME = "ATIF"
+SCHEMA = "ATIF-v1.7"
+SHELL_KEYS = ("command", "cmd", "keystrokes", "script", "bash_command", "shell_command", "commands")
+SUBMIT_TOOLS = frozenset({"mark_task_complete", "task_complete", "submit", "finish", "complete_task",
+                          "attempt_completion", "submit_solution", "final_answer"})
+TOKEN_FIELDS = ("prompt_token_ids", "completion_token_ids", "logprobs")
+_STEP_FIELDS = {f.name for f in fields(Step)}
+
+
+def sniff(data: Any) -> bool:
+    if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
+        return False
+    version = data.get("schema_version")
+    if isinstance(version, str) and version.upper().startswith("ATIF"):
+        return True
+    first = next((s for s in data["steps"] if isinstance(s, dict)), {})
+    return "step_id" in first and "source" in first
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, list):  # multimodal content parts (v1.6+)
+        return "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else str(content)
+
+
+def _arguments(call: dict[str, Any]) -> dict[str, Any]:
+    args = call.get("arguments")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return {"command": args}
+    return args if isinstance(args, dict) else {}
+
+
+def _shell_command(args: dict[str, Any]) -> str | None:
+    for key in SHELL_KEYS:
+        value = args.get(key)
+        if isinstance(value, str):
+            return value[:-1] if value.endswith("\n") and key == "keystrokes" else value
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return "\n".join(value)
+    return None
+
+
+def _set_tokens(step: Step, metrics: dict[str, Any]) -> None:
+    step.input_tokens = metrics.get("prompt_tokens") or 0
+    step.output_tokens = metrics.get("completion_tokens") or 0
+    for name in TOKEN_FIELDS:
+        if metrics.get(name) is not None:
+            if name in _STEP_FIELDS:
+                setattr(step, name, metrics[name])
+            else:
+                step.meta[name] = metrics[name]
+
+
+def _output(step: Step, content: str) -> None:
+    parsed = _parse_rendered(content) if content else None
+    if parsed is not None:
+        step.output, step.exit_code = parsed
+    else:
+        step.output = content
+        if step.command and SUBMIT_MARKER in step.command:  # mini-swe-agent 1.x answers with the submission alone
+            step.output, step.exit_code = f"{SUBMIT_MARKER}\n{content}", 0
+
+
+def _agent_steps(raw: dict[str, Any], mini_text: bool, last: bool) -> list[Step]:
+    """Our steps for one ATIF agent step (possibly none: the closing message of a run)."""
+    message = _text(raw.get("message"))
+    reasoning = raw.get("reasoning_content") if isinstance(raw.get("reasoning_content"), str) else ""
+    calls = [c for c in raw.get("tool_calls") or [] if isinstance(c, dict)]
+    results = [r for r in ((raw.get("observation") or {}).get("results") or []) if isinstance(r, dict)]
+    by_id = {r.get("source_call_id"): _text(r.get("content")) for r in results if r.get("source_call_id")}
+    loose = "\n".join(_text(r.get("content")) for r in results if not r.get("source_call_id"))
+    steps: list[Step] = []
+    if not calls:
+        parsed = parse_reply("text", message) if mini_text else None
+        if parsed is not None and parsed.command is not None:
+            step = Step(reasoning=parsed.reasoning, command=parsed.command, raw=message)
+            _output(step, loose)
+            return [step]
+        if last and not results:
+            return []  # the agent's closing words, not an action
+        return [Step(reasoning=reasoning or message, command=None, output=loose, raw=message)]
+    for call in calls:
+        name = str(call.get("function_name") or call.get("name") or "")
+        args = _arguments(call)
+        command = _shell_command(args)
+        meta: dict[str, Any] = {"tool": name, "tool_call_id": call.get("tool_call_id")}
+        if name in SUBMIT_TOOLS:
+            meta["submission"] = True
+            command = f"tool:{name}"
+        elif command is None:
+            command = f"tool:{name} {json.dumps(args, sort_keys=True)}"
+        elif not command.strip() and "keystrokes" in args:
+            meta["wait"] = True  # empty keystrokes: wait for the terminal, runs nothing
+        steps.append(Step(reasoning="", command=command, meta=meta))
+    for step in steps:
+        content = by_id.get(step.meta["tool_call_id"])
+        if content is not None:
+            _output(step, content)
+    if loose:
+        target = next((s for s in reversed(steps) if not s.meta.get("submission")), steps[-1])
+        _output(target, (target.output + "\n" + loose) if target.output else loose)
+    steps[0].reasoning, steps[0].raw = (reasoning or message), message
+    if len(steps) > 1:
+        steps[0].meta["reply_actions"] = len(steps)
+        for k, s in enumerate(steps[1:], 1):
+            s.meta["reply_action"] = k
+    return steps
+
+
+def _ours(data: dict[str, Any], episode: dict[str, Any]) -> Trajectory:
+    """A file written by `to_atif`: our fields come back from `extra.mirl`."""
+    steps: list[Step] = []
+    for raw in data["steps"]:
+        kept = (raw.get("extra") or {}).get("mirl")
+        if raw.get("source") != "agent" or kept is None:
+            continue
+        results = (raw.get("observation") or {}).get("results") or []
+        by_id = {r.get("source_call_id"): _text(r.get("content")) for r in results}
+        calls = iter(raw.get("tool_calls") or [])
+        group = [Step.from_dict(d) for d in (kept if isinstance(kept, list) else [kept])]
+        for s in group:
+            cid = next(calls, {}).get("tool_call_id") if s.command is not None else None
+            s.output = by_id.get(cid, "")
+        _set_tokens(group[0], raw.get("metrics") or {})
+        steps += group
+    traj = Trajectory.from_dict({**episode, "steps": []})
+    traj.steps = steps
+    return traj
+
+
+def read(data: dict[str, Any], task: str = "") -> Trajectory:
+    raw_steps = data.get("steps")
+    if not isinstance(raw_steps, list) or not all(isinstance(s, dict) for s in raw_steps):
+        raise TrajectoryFileError("ATIF `steps` must be a list of objects")
+    extra = data.get("extra") if isinstance(data.get("extra"), dict) else {}
+    if isinstance(extra.get("mirl"), dict):
+        return _ours(data, extra["mirl"])
+    agent = data.get("agent") if isinstance(data.get("agent"), dict) else {}
+    original = str((agent.get("extra") or {}).get("original_format") or "")
+    mini_text = "mini-swe-agent" in str(agent.get("name", "")) and not any(s.get("tool_calls") for s in raw_steps)
+    instruction, steps, final = "", [], ""
+    agent_ids = [i for i, s in enumerate(raw_steps) if s.get("source") == "agent"]
+    for i, raw in enumerate(raw_steps):
+        if raw.get("source") == "user" and not instruction and not steps:
+            instruction = _text(raw.get("message"))
+            continue
+        if raw.get("source") != "agent" or raw.get("is_copied_context"):
+            continue
+        got = _agent_steps(raw, mini_text, last=bool(agent_ids) and i == agent_ids[-1])
+        if not got:
+            final = _text(raw.get("message"))
+            continue
+        _set_tokens(got[0], raw.get("metrics") if isinstance(raw.get("metrics"), dict) else {})
+        got[0].meta["atif_step_id"] = raw.get("step_id")
+        steps += got
+    submitted = any(s.meta.get("submission") or (s.command and SUBMIT_MARKER in s.command) for s in steps)
+    meta: dict[str, Any] = {"imported_from": str(data.get("schema_version") or "ATIF"),
+                            "agent": {k: agent.get(k) for k in ("name", "version") if agent.get(k)}}
+    if original:
+        meta["original_format"] = original
+    if final:
+        meta["final_message"] = final
+    if data.get("session_id"):
+        meta["session_id"] = data["session_id"]
+    model = agent.get("model_name")
+    return Trajectory(task=task or str(data.get("session_id") or ""), seed=0,
+                      models={"policy": model} if isinstance(model, str) and model else {},
+                      instruction=instruction, steps=steps, exit_reason="submitted" if submitted else "",
+                      meta=meta)
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+def _tokens_of(step: Step) -> dict[str, Any]:
+    out = {}
+    for name in TOKEN_FIELDS:
+        value = getattr(step, name, None) if name in _STEP_FIELDS else step.meta.get(name)
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def _kept(step: Step) -> dict[str, Any]:
+    d = asdict(step)
+    d.pop("output")
+    for name in TOKEN_FIELDS:
+        d.pop(name, None)
+        d["meta"].pop(name, None)
+    return d
+
+
+def to_atif(traj: Trajectory) -> dict[str, Any]:
+    """Our trajectory as an ATIF document (re-read by `read`, it gives the same steps)."""
+    from mirl.agent.miniswe import _reply_group
+
+    model = traj.models.get("policy") or None
+    steps: list[dict[str, Any]] = [{"step_id": 1, "source": "user", "message": traj.instruction}]
+    i = 0
+    while i < len(traj.steps):
+        group = _reply_group(traj.steps, i)
+        first, sid = group[0], len(steps) + 1
+        calls, results = [], []
+        for k, s in enumerate(group):
+            if s.command is None:
+                continue
+            cid = f"call_{sid}_{k + 1}"
+            calls.append({"tool_call_id": cid, "function_name": "bash", "arguments": {"command": s.command}})
+            results.append({"source_call_id": cid, "content": s.output})
+        if not calls:
+            results = [{"content": first.output}]
+        step: dict[str, Any] = {"step_id": sid, "source": "agent", "message": first.raw or first.reasoning}
+        if model:
+            step["model_name"] = model
+        if first.reasoning and first.reasoning != step["message"]:
+            step["reasoning_content"] = first.reasoning
+        if calls:
+            step["tool_calls"] = calls
+        step["observation"] = {"results": results}
+        step["metrics"] = {"prompt_tokens": sum(s.input_tokens for s in group),
+                           "completion_tokens": sum(s.output_tokens for s in group), **_tokens_of(first)}
+        step["extra"] = {"mirl": _kept(first) if len(group) == 1 else [_kept(s) for s in group]}
+        steps.append(step)
+        i += len(group)
+    episode = {k: v for k, v in traj.to_dict().items() if k != "steps"}
+    agent: dict[str, Any] = {"name": "mirl", "version": mirl.__version__}
+    if model:
+        agent["model_name"] = model
+    return {
+        "schema_version": SCHEMA,
+        "session_id": f"{traj.task}.seed{traj.seed}",
+        "agent": agent,
+        "steps": steps,
+        "final_metrics": {"total_prompt_tokens": sum(s.input_tokens for s in traj.steps),
+                          "total_completion_tokens": sum(s.output_tokens for s in traj.steps),
+                          "total_steps": len(steps)},
+        "extra": {"mirl": episode},
+    }

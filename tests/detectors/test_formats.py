@@ -1,0 +1,111 @@
+"""The readers of other tools' formats: ATIF files, Harbor job directories, Terminal-Bench 1 trials."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mirl.agent.miniswe import load_traj_json
+from mirl.cli import main
+from mirl.sources import TrajectoryFileError, find_sources, read_source
+
+DATA = Path(__file__).parent.parent / "data"
+JOB = DATA / "harbor" / "jobs" / "2025-11-18__mini-swe-agent__gemini-3-pro"
+TERMINUS = DATA / "atif" / "handwritten_terminus_restart.trajectory.json"
+
+
+def _atif_steps(path):
+    return [s for s in json.loads(Path(path).read_text())["steps"] if s["source"] == "agent"]
+
+
+def test_terminus_atif_keystrokes_batches_parse_errors_and_task_complete():
+    [t] = read_source(TERMINUS)
+    assert [s.command for s in t.steps] == [
+        "ls /app/site", "cat /app/site/logo.png", None, "pkill -f python",
+        "cd /app/site && nohup python3 -m http.server 8000 > /tmp/http.log 2>&1 &", "",
+        "curl -s localhost:8000 | head -n 3", "sed -i 's/<title>site/<title>Site/' index.html", "tool:mark_task_complete"]
+    raw = _atif_steps(TERMINUS)
+    assert t.steps[1].output == raw[0]["observation"]["results"][0]["content"]  # the batch's screen: its last command
+    assert t.steps[0].output == "" and t.steps[0].meta["reply_actions"] == 2
+    assert t.steps[2].output.startswith("Previous response had parsing errors")
+    assert t.steps[5].meta["wait"] and t.steps[8].meta["submission"] and t.exit_reason == "submitted"
+    assert t.steps[0].meta["completion_token_ids"] == [791, 3290, 11] and t.steps[0].meta["logprobs"][1] == -0.4
+    assert (t.steps[0].input_tokens, t.steps[0].output_tokens) == (812, 64)
+    assert t.meta["final_message"].startswith("The server is restarted")  # not a step
+    assert t.instruction.startswith("Restart the web server") and t.models == {"policy": "openai/gpt-4.1-mini"}
+
+
+def test_harbor_converted_mini_swe_agent_reads_as_the_original():
+    trial = JOB / "django__django-16255__0000000"
+    [t] = read_source(trial)
+    original = load_traj_json(DATA / "trajectories" / "swebench_mini1" / "django__django-16255.traj.json")
+    assert [(s.command, s.exit_code, s.output) for s in t.steps] == \
+        [(s.command, s.exit_code, s.output) for s in original.steps]
+    assert (t.task, t.reward, t.models) == ("django__django-16255", 1.0, {"policy": "google/gemini-3-pro-preview"})
+
+
+def test_a_jobs_directory_is_searched_for_trials_and_nested_attempts_follow_trial_uri():
+    sources = find_sources([DATA / "harbor"])
+    assert sorted(p.name for p in sources) == ["django__django-13401__0000002", "django__django-16255__0000000",
+                                               "matplotlib__matplotlib-24870__0000001"]
+    [nested] = read_source(JOB / "django__django-13401__0000002")
+    assert nested.meta["source_file"].endswith("attempts/002/agent/trajectory.json")
+    assert len(nested.steps) == 27  # the final attempt, not the first one cut after a reply
+
+
+def test_harbor_rewards_are_averaged_per_key_and_reward_files_are_read(tmp_path):
+    trial = tmp_path / "jobs" / "j" / "t1"
+    shutil.copytree(JOB / "django__django-16255__0000000", trial)
+    result = json.loads((trial / "result.json").read_text())
+    result["verifier_result"] = {"rewards": {"a": 1, "b": 0}}
+    (trial / "result.json").write_text(json.dumps(result))
+    assert read_source(trial)[0].reward == 0.5
+    result["verifier_result"] = None
+    (trial / "result.json").write_text(json.dumps(result))
+    (trial / "verifier").mkdir()
+    (trial / "verifier" / "reward.txt").write_text("0.25\n")
+    assert read_source(trial)[0].reward == 0.25
+    shutil.rmtree(trial / "agent")
+    with pytest.raises(TrajectoryFileError, match="t1: Harbor trial with no agent trajectory"):
+        read_source(trial)
+
+
+def test_detect_on_a_harbor_jobs_directory(capsys):
+    assert main(["detect", str(DATA / "harbor"), "--json"]) == 0
+    found = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted((f["task"], f["step"], f["detector"]) for f in found) == [
+        ("django__django-13401", 7, "retry-unchanged-after-failure"),
+        ("matplotlib__matplotlib-24870", 18, "recheck-unchanged-after-success")]
+
+
+def test_tb1_trial_with_terminus_episodes(tmp_path):
+    trial = tmp_path / "runs" / "r1" / "hello" / "hello.1-of-1.r1"
+    for k, (reply, prompt) in enumerate([
+            ({"state_analysis": "empty", "explanation": "look", "commands": [{"keystrokes": "ls\n"}],
+              "is_task_complete": False}, "Task: write hello.txt"),
+            ({"state_analysis": "", "explanation": "write", "commands": [{"keystrokes": "echo hi > hello.txt\n"}],
+              "is_task_complete": True}, "root@x:/app# ls\nREADME\n")]):
+        ep = trial / "agent-logs" / f"episode-{k}"
+        ep.mkdir(parents=True)
+        (ep / "response.json").write_text(json.dumps(reply))
+        (ep / "prompt.txt").write_text(prompt)
+    (trial / "results.json").write_text(json.dumps({"task_id": "hello", "trial_name": trial.name, "is_resolved": False}))
+    assert find_sources([tmp_path]) == [trial]
+    [t] = read_source(trial)
+    assert [s.command for s in t.steps] == ["ls", "echo hi > hello.txt", "tool:task_complete"]
+    assert t.steps[0].output == "root@x:/app# ls\nREADME\n" and (t.task, t.reward) == ("hello", 0.0)
+    shutil.rmtree(trial / "agent-logs")
+    with pytest.raises(TrajectoryFileError, match="Terminal-Bench 1 trial with no readable agent log"):
+        read_source(trial)
+
+
+def test_an_unknown_file_gets_one_line_naming_it_and_the_formats_tried(tmp_path, capsys):
+    bad = tmp_path / "run.traj.json"
+    bad.write_text(json.dumps({"events": [1, 2]}))
+    assert main(["detect", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == (f"mirl detect: {bad}: not a trajectory format this kit reads (tried our JSONL, mini-swe-agent "
+                      ".traj.json, chat message list, ATIF v1.0-v1.8, Harbor trial directory, Terminal-Bench 1 trial "
+                      "directory)")
+    assert "TypeError" not in "\n".join(err)
