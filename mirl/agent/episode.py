@@ -198,7 +198,7 @@ def _agent_loop(task: Task, session: Session, model: Model, config: AgentConfig,
                 cached_input_tokens=gen.cached_tokens, output_tokens=len(sample.ids),
                 cost_usd=float(gen.meta.get("cost_usd", 0.0)), latency_s=gen.seconds, finish_reason=sample.finish_reason)
         else:
-            completion: Completion = model.complete(messages, n=1, **kwargs)[0]
+            completion = model.complete(messages, n=1, **kwargs)[0]
         clock.add("model_s", t)
         usage["calls"] += 1
         usage["input_tokens"] += completion.input_tokens
