@@ -29,6 +29,9 @@ class AgentConfig:
         default=None, metadata={"help": "cap on tokens per reply passed to the model; None: the model's default"})
     pass_seed: bool = field(
         default=True, metadata={"help": "pass the episode seed to the model so episodes differ reproducibly"})
+    token_ids: bool = field(
+        default=True, metadata={"help": "when the policy offers a token-level generator (local/... models, engines), "
+                                        "build prompts from token ids and store ids and logprobs per step"})
     verify: bool = field(default=True, metadata={"help": "run the task's tests after the episode for the reward"})
     on_restore_mismatch: Literal["continue", "discard"] = field(
         default="continue",

@@ -3,6 +3,12 @@
 Each step is one model call and at most one command. The loop is kept flat and small on purpose:
 profiling (via `StepHook`) and prefix starts (via `prefix=`) plug into it instead of forking it,
 so every stage produces trajectories with the same meaning.
+
+Two ways to call the policy, in the same loop: when it offers a token-level generator (an engine,
+or `local/...` through the client, see `policy_generator`), each prompt is the previous one's
+token ids plus what followed (`mirl.agent.tokens.TokenPath`) and steps store completion ids and
+logprobs; otherwise the chat messages are sent as text and steps say `tokens="none"`. Either way
+a step's reasoning and command are parsed from the reply text, so everything downstream is the same.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from mirl.agent.hooks import Discard, StepContext, StepHook
 from mirl.agent.messages import build_messages, message_chars
 from mirl.agent.parse import parse_reply
 from mirl.agent.restore import restore_prefix
+from mirl.agent.tokens import TokenPath
 from mirl.agent.trajectory import Step, Trajectory
 from mirl.llm.errors import BudgetExceeded
 from mirl.llm.types import Completion, Model
@@ -69,6 +76,31 @@ def _model_kwargs(config: AgentConfig, seed: int) -> dict[str, Any]:
     return kw
 
 
+def policy_generator(model: Any):
+    """The token-level generator behind `model`, or None: a client role's (`RoleModel.generator()`,
+    e.g. `local/smollm2` with the ledger), or the model itself when it is an engine."""
+    get = getattr(model, "generator", None)
+    if callable(get):
+        return get()
+    if callable(getattr(model, "generate_tokens", None)) and hasattr(model, "tokenizer"):
+        return model
+    return None
+
+
+def _token_path(model: Any, config: AgentConfig, seed: int) -> TokenPath | None:
+    generator = policy_generator(model) if config.token_ids else None
+    if generator is None:
+        return None
+    sampling: dict[str, Any] = {}
+    if config.pass_seed:
+        sampling["seed"] = seed
+    if config.temperature is not None:
+        sampling["temperature"] = config.temperature
+    if config.max_output_tokens is not None:
+        sampling["max_tokens"] = config.max_output_tokens
+    return TokenPath(generator, config.action_format, sampling)
+
+
 def run_episode(
     task: Task,
     sandbox: Sandbox | Session,
@@ -108,7 +140,8 @@ def run_episode(
                 traj.exit_reason = "discarded"
                 traj.meta["discard_reason"] = f"prefix did not reproduce at step {report.summary()['first_mismatch']}"
         if not traj.exit_reason:
-            _agent_loop(task, session, model, config, seed, hook, traj, clock, usage)
+            tokens = _token_path(model, config, seed)
+            _agent_loop(task, session, model, config, seed, hook, traj, clock, usage, tokens)
         if config.verify and traj.exit_reason not in ("discarded", "error"):
             t = time.perf_counter()
             v = session.verify()
@@ -134,11 +167,15 @@ def run_episode(
 
 
 def _agent_loop(task: Task, session: Session, model: Model, config: AgentConfig, seed: int,
-                hook: StepHook | None, traj: Trajectory, clock: _Clock, usage: dict[str, Any]) -> None:
+                hook: StepHook | None, traj: Trajectory, clock: _Clock, usage: dict[str, Any],
+                tokens: TokenPath | None = None) -> None:
     timeout = config.agent_timeout_s if config.agent_timeout_s is not None else task.agent_timeout_s
     deadline = time.monotonic() + timeout
     kwargs = _model_kwargs(config, seed)
     chars_per_token = DEFAULT_CHARS_PER_TOKEN
+    if tokens is not None:  # the chat template renders the first prompt only; the rest is appended
+        tokens.start(traj, build_messages(task.instruction, [], config.action_format, config.system_prompt,
+                                          config.instance_prompt))
     while True:
         if len(traj.steps) >= config.max_steps:
             traj.exit_reason = "step_limit"
@@ -149,13 +186,22 @@ def _agent_loop(task: Task, session: Session, model: Model, config: AgentConfig,
         messages = build_messages(task.instruction, traj.steps, config.action_format,
                                   config.system_prompt, config.instance_prompt)
         chars = message_chars(messages)
-        if chars / chars_per_token >= config.max_context_tokens:
+        context = len(tokens.ids) if tokens is not None else chars / chars_per_token
+        if context >= config.max_context_tokens:
             traj.exit_reason = "token_limit"
-            traj.meta["context_tokens_estimate"] = int(chars / chars_per_token)
+            traj.meta["context_tokens_estimate"] = int(context)
             return
 
         t = time.perf_counter()
-        completion: Completion = model.complete(messages, n=1, **kwargs)[0]
+        sample = None
+        if tokens is not None:
+            gen, sample = tokens.sample()
+            completion = Completion(
+                text=tokens.glue.text(sample.ids), model=traj.models["policy"], input_tokens=gen.prompt_tokens,
+                cached_input_tokens=gen.cached_tokens, output_tokens=len(sample.ids),
+                cost_usd=float(gen.meta.get("cost_usd", 0.0)), latency_s=gen.seconds, finish_reason=sample.finish_reason)
+        else:
+            completion = model.complete(messages, n=1, **kwargs)[0]
         clock.add("model_s", t)
         usage["calls"] += 1
         usage["input_tokens"] += completion.input_tokens
@@ -167,7 +213,9 @@ def _agent_loop(task: Task, session: Session, model: Model, config: AgentConfig,
 
         parsed = parse_reply(config.action_format, completion.text, completion.tool_calls)
         step = Step(reasoning=parsed.reasoning, command=parsed.command, raw=completion.text or "",
-                    input_tokens=completion.input_tokens, output_tokens=completion.output_tokens)
+                    input_tokens=completion.input_tokens, output_tokens=completion.output_tokens, tokens="none")
+        if sample is not None:
+            step.tokens, step.completion_ids, step.logprobs = "sampled", list(sample.ids), list(sample.logprobs)
         if parsed.tool_calls:
             step.meta["tool_calls"] = parsed.tool_calls
         if parsed.error:
@@ -186,6 +234,10 @@ def _agent_loop(task: Task, session: Session, model: Model, config: AgentConfig,
             if verdict is not step:
                 verdict.meta.setdefault("proposed", asdict(step))
                 step = verdict
+        if tokens is not None:
+            tokens.settle(step)  # a replacement (teacher) is tokenized as context
+        elif not step.tokens:
+            step.tokens = "none"  # a replacement on the text path has no ids either
 
         if step.command is None:
             step.output = prompts.format_error(config.action_format, step.meta.get("format_error", "none"))
@@ -197,6 +249,8 @@ def _agent_loop(task: Task, session: Session, model: Model, config: AgentConfig,
             step.output, step.exit_code, step.timed_out = res.output, res.exit_code, res.timed_out
             step.duration_s = round(res.duration_s, 6)
         traj.steps.append(step)
+        if tokens is not None:
+            tokens.observe(step, len(traj.steps) - 1)
         if step.command is not None and is_submission(step.output):
             traj.exit_reason = "submitted"
             return

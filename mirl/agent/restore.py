@@ -87,7 +87,8 @@ def restore_prefix(session: Session, prefix: list[Step], timeout: float | None =
     """Re-run each prefix command; return the prefix as steps with source="prefix" and the report.
 
     The returned steps keep their *recorded* outputs (what the agent will be shown); what the
-    re-run printed is stored in `meta["restore"]` when it differs.
+    re-run printed is stored in `meta["restore"]` when it differs. Sampled steps become context
+    (`tokens="context"`): their token ids are kept, their logprobs dropped.
     """
     report = RestoreReport()
     restored: list[Step] = []
@@ -112,6 +113,8 @@ def restore_prefix(session: Session, prefix: list[Step], timeout: float | None =
         report.steps.append(check)
         meta = {k: v for k, v in step.meta.items() if k != "restore"}
         meta.setdefault("prefix_source", step.source)
-        restored.append(replace(step, source="prefix", meta={**meta, "restore": check}))
+        # restored replies are context, not samples: their ids stay, the old sampler's logprobs go
+        tokens = {"tokens": "context", "logprobs": None} if step.tokens == "sampled" else {}
+        restored.append(replace(step, source="prefix", meta={**meta, "restore": check}, **tokens))
     return restored, report
 

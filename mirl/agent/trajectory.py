@@ -3,6 +3,14 @@
 Stored as one JSON object per line (see `mirl.jsonl`), loadable into pandas with
 `mirl.agent.trajectory.steps_frame`. A step with no runnable command keeps `command=None`: such
 steps are data (one of the misbehaviors studied), not noise.
+
+Token ids (for RL; see `mirl.agent.tokens`): when the policy offers a generator, the trajectory
+stores the first prompt's ids once (`prompt_ids`) and each step its `completion_ids` (with the
+sampler's `logprobs`, same length, when sampled) and `observation_ids`; every turn's exact prompt
+is rebuilt from those (`mirl.agent.tokens.turn_prompts`), so no step stores a whole prompt.
+`Step.tokens` says what the ids are: "sampled" (drawn by the sampler, logprobs given),
+"context" (text tokenized by the harness: teacher, restored and imported steps; no logprobs,
+never trained on), "none" (the model returned text only, e.g. a remote API), "" (an older record).
 """
 
 from __future__ import annotations
@@ -28,6 +36,10 @@ class Step:
     source: Literal["policy", "teacher", "prefix", "reference"] = "policy"
     raw: str = ""  # the model's full reply, as it came
     meta: dict[str, Any] = field(default_factory=dict)  # e.g. localizer verdicts attached by profiling
+    tokens: Literal["sampled", "context", "none", ""] = ""  # what completion_ids are (module docstring)
+    completion_ids: list[int] | None = None  # the reply's ids, the end-of-turn token included
+    logprobs: list[float] | None = None  # the sampler's logprob of each completion id (sampled steps only)
+    observation_ids: list[int] | None = None  # glue + observation + glue up to the next generation prompt
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Step:
@@ -54,6 +66,7 @@ class Trajectory:
     sandbox: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
     schema: int = SCHEMA_VERSION
+    prompt_ids: list[int] | None = None  # the first prompt's ids (token path only; see the module docstring)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,5 +134,6 @@ def steps_frame(data):
                 "command": s.command, "output": s.output, "exit_code": s.exit_code, "duration_s": s.duration_s,
                 "timed_out": s.timed_out, "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
                 "format_error": s.command is None, "reward": t.reward, "exit_reason": t.exit_reason,
+                "tokens": s.tokens,
             })
     return pd.DataFrame(rows)

@@ -60,6 +60,10 @@ class RoleModel:
     def complete(self, messages: list[Message], n: int = 1, **kwargs: Any) -> list[Completion]:
         return self.client.complete(self.role, messages, n=n, **kwargs)
 
+    def generator(self):
+        """The role's token-level generator, or None (see `LLMClient.generator`)."""
+        return self.client.generator(self.role)
+
     def __repr__(self) -> str:
         return f"RoleModel({self.role!r}, {self.name!r})"
 
@@ -89,6 +93,18 @@ class LLMClient:
     def model(self, role: str) -> RoleModel:
         self.config.role(role)  # fail early on an unknown role
         return RoleModel(self, role)
+
+    def generator(self, role: str):
+        """A `mirl.llm.generator.ClientGenerator` for the role when its model is an in-process
+        engine that offers token ids (`local/...`); None otherwise (remote APIs return text)."""
+        rc = self.config.role(role)
+        if providers.provider_of(rc.model) != "local":
+            return None
+        from mirl.llm import embedded
+        from mirl.llm.generator import ClientGenerator
+
+        engine = embedded.get(rc.model.split("/", 1)[1])
+        return ClientGenerator(self, role, engine) if hasattr(engine, "generate_tokens") else None
 
     def with_stage(self, stage: str) -> LLMClient:
         """The same settings, counting calls under another stage name."""

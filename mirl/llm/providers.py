@@ -36,8 +36,9 @@ def import_litellm():
 
 
 def _response(litellm, model_response, model: str, choices: list[tuple], prompt_tokens: int,
-              completion_tokens: int):
-    """choices: (text, finish_reason, output_tokens[, tool_calls]) per sample."""
+              completion_tokens: int, cached_tokens: int = 0):
+    """choices: (text, finish_reason, output_tokens[, tool_calls]) per sample; cached_tokens: prompt
+    tokens an in-process model took from its prefix cache (reported like a hosted API's)."""
     # per-sample token counts ride along in provider_specific_fields (the usage block only has the sum)
     model_response.choices = [
         litellm.Choices(index=i, finish_reason=ch[1], message=litellm.Message(
@@ -47,8 +48,9 @@ def _response(litellm, model_response, model: str, choices: list[tuple], prompt_
     ]
     model_response.model = model
     model_response.created = int(time.time())
+    details = {"prompt_tokens_details": {"cached_tokens": cached_tokens}} if cached_tokens else {}
     model_response.usage = litellm.Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                                         total_tokens=prompt_tokens + completion_tokens)
+                                         total_tokens=prompt_tokens + completion_tokens, **details)
     return model_response
 
 
@@ -94,7 +96,8 @@ def _make_handlers():
             )
             return _response(litellm, model_response, f"local/{model}",
                              [(s.text, s.finish_reason, s.output_tokens) for s in gen.samples],
-                             gen.prompt_tokens, sum(s.output_tokens for s in gen.samples))
+                             gen.prompt_tokens, sum(s.output_tokens for s in gen.samples),
+                             int(getattr(gen, "cached_tokens", 0) or 0))
 
     return ScriptedProvider(), LocalProvider()
 

@@ -11,6 +11,12 @@ vLLM runs with prefix caching on, because group rollouts share long prefixes. Ea
 own request with seed (seed, sample index), all submitted at once so vLLM batches them: a given
 (seed, index) reproduces whatever else is in the batch.
 
+Both are token-level generators too (`mirl.llm.generator`): `generate_tokens(prompt_ids, ...)`
+and `update_weights(...)`. The transformers engine is the embedded engine's code on the GPU. The
+vLLM engine sends `prompt_token_ids` and asks for the sampled token's logprob (`logprobs=0`) in
+vLLM's `processed_logprobs` mode, i.e. after temperature: the same number as ours when top_p is 1
+(with top_p < 1 vLLM reports the truncated, renormalized distribution's logprob instead).
+
 To use a separate vLLM server instead (several GPUs, or a shared server), skip this module and point
 the role at it in params YAML: `policy: {model: hosted_vllm/<served-name>, api_base: http://host:8000/v1}`.
 """
@@ -24,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from mirl.llm.embedded import EmbeddedLM, Generation, Sample, generation_to_completions, row_seed
+from mirl.llm.generator import TokenGeneration, TokenSample, check_prompt
 
 
 def vllm_available() -> bool:
@@ -37,23 +44,64 @@ class VLLMEngine:
                  dtype: str = "auto", tensor_parallel_size: int = 1, **engine_kwargs: Any):
         if not vllm_available():
             raise ImportError("vLLM is not installed: pip install 'mirl[gpu]' (or use TransformersEngine)")
-        from vllm import LLM
+        from vllm import LLM, SamplingParams
 
         t0 = time.perf_counter()
-        self.llm = LLM(model=str(model), enable_prefix_caching=True, gpu_memory_utilization=gpu_memory_utilization,
-                       max_model_len=max_model_len, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
-                       **engine_kwargs)
+        engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")  # after temperature (module docstring)
+        llm = LLM(model=str(model), enable_prefix_caching=True, gpu_memory_utilization=gpu_memory_utilization,
+                  max_model_len=max_model_len, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
+                  **engine_kwargs)
+        self._attach(llm, SamplingParams, Path(str(model)).name)
         self.load_seconds = time.perf_counter() - t0
-        self.name = Path(str(model)).name
+
+    def _attach(self, llm: Any, sampling_params: Any, name: str) -> None:
+        """Wrap a built `vllm.LLM` (or a stand-in with its methods): what the engine needs of it."""
+        self.llm, self._params, self.name = llm, sampling_params, name
+        self.tokenizer = llm.get_tokenizer()
+        ends = {getattr(self.tokenizer, "eos_token_id", None), self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+        unk = getattr(self.tokenizer, "unk_token_id", None)
+        self.end_ids = {i for i in ends if isinstance(i, int) and i >= 0 and i != unk}
         self._lock = threading.Lock()
+
+    def generate_tokens(self, prompt_ids, sample_indices, max_tokens: int = 256, temperature: float = 1.0,
+                        top_p: float = 1.0, seed: int = 0) -> TokenGeneration:
+        """The `Generator` interface: one request per sample (seed (seed, index)), all at once."""
+        ids = check_prompt(prompt_ids)
+        params = [self._params(n=1, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+                               seed=row_seed(seed, i), logprobs=0) for i in sample_indices]
+        t0 = time.perf_counter()
+        with self._lock:
+            outs = self.llm.generate([{"prompt_token_ids": ids} for _ in sample_indices], sampling_params=params,
+                                     use_tqdm=False)
+        samples = []
+        for o in outs:
+            c = o.outputs[0]
+            toks = [int(t) for t in c.token_ids]
+            if c.logprobs is None or len(c.logprobs) != len(toks):
+                raise RuntimeError(f"vLLM returned {len(c.logprobs or [])} logprobs for {len(toks)} tokens")
+            # each position maps token id -> Logprob; the sampled token is always among them
+            samples.append(TokenSample(ids=toks, logprobs=[float(pos[t].logprob) for pos, t in zip(c.logprobs, toks)],
+                                       finish_reason=str(c.finish_reason or "length")))
+        cached = min((int(getattr(o, "num_cached_tokens", 0) or 0) for o in outs), default=0)
+        return TokenGeneration(samples=samples, prompt_tokens=len(ids), cached_tokens=cached,
+                               seconds=time.perf_counter() - t0)
+
+    def update_weights(self, weights: Any) -> None:
+        """Load new weights into the model in every worker, then reset vLLM's prefix cache (its
+        cached KV blocks were computed with the old weights). `weights`: a state dict, or
+        (name, tensor) pairs. Workers in other processes need vLLM's
+        VLLM_ALLOW_INSECURE_SERIALIZATION=1 for the function that loads them."""
+        items = list(weights.items()) if hasattr(weights, "items") else list(weights)
+        with self._lock:
+            self.llm.apply_model(lambda model: model.load_weights(items))
+            if self.llm.reset_prefix_cache() is False:
+                raise RuntimeError("vLLM could not reset its prefix cache (requests still running?)")
 
     def generate(self, messages: list[dict[str, Any]], sample_indices: list[int], max_tokens: int = 256,
                  temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
                  stop: str | list[str] | None = None) -> Generation:
-        from vllm import SamplingParams
-
-        params = [SamplingParams(n=1, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
-                                 seed=row_seed(seed, i), stop=stop) for i in sample_indices]
+        params = [self._params(n=1, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+                               seed=row_seed(seed, i), stop=stop) for i in sample_indices]
         t0 = time.perf_counter()
         with self._lock:
             outs = self.llm.chat([messages] * len(sample_indices), sampling_params=params, use_tqdm=False)
@@ -67,7 +115,8 @@ class VLLMEngine:
 
 
 class TransformersEngine(EmbeddedLM):
-    """A Hugging Face checkpoint directory run by transformers (the GPU when present), bf16 on GPU."""
+    """A Hugging Face checkpoint directory run by transformers (the GPU when present), bf16 on GPU
+    unless `dtype` says otherwise; the same batcher, prefix cache and token path as the embedded model."""
 
     def __init__(self, model_dir: str | Path, device: str | None = None, dtype: str | None = None):
         import torch

@@ -55,14 +55,14 @@ def conversation(i: int) -> list[dict]:
     return [{"role": "user", "content": f"request {i}: " + "please list the files here " * (1 + 3 * i)}]
 
 
-def run_together(lm, calls: list[dict]) -> list:
+def run_together(lm, calls: list[dict], method: str = "generate") -> list:
     """Start every call in its own thread while the model is busy, so they all queue and batch."""
     out: list = [None] * len(calls)
     errors: list = []
 
     def one(i):
         try:
-            out[i] = lm.generate(**calls[i])
+            out[i] = getattr(lm, method)(**calls[i])
         except Exception as e:  # noqa: BLE001 - collected for the assertion
             errors.append((i, e))
 
@@ -97,6 +97,25 @@ def test_concurrent_requests_decode_as_one_batch_and_match_lone_ones(tmp_path):
         assert [(s.text, s.output_tokens, s.finish_reason) for s in a.samples] == \
                [(s.text, s.output_tokens, s.finish_reason) for s in b.samples]
         assert a.prompt_tokens == b.prompt_tokens
+
+
+@pytest.mark.slow
+def test_concurrent_token_requests_batch_and_match_lone_ones(tmp_path):
+    from tests.llm.test_vllm_engine import tiny_checkpoint
+
+    lm = embedded.EmbeddedLM(tiny_checkpoint(tmp_path), device="cpu", prefill_chunk=8, prefill_bf16=False)
+    calls = [dict(prompt_ids=lm.prompt_ids(conversation(i))[0].tolist(), sample_indices=[0, 1][:1 + i % 2],
+                  max_tokens=8 + 2 * i, temperature=(0.0, 1.0, 0.8, 1.3)[i], seed=i) for i in range(4)]
+    lone = [lm.generate_tokens(**c) for c in calls]
+    lm._batcher.max_rows_seen = 0
+    together = run_together(lm, calls, method="generate_tokens")
+    assert all(g is not None and not isinstance(g, tuple) for g in together), together
+    assert lm._batcher.max_rows_seen >= 4 and lm._batcher.live == 0
+    for a, b in zip(lone, together):
+        assert [s.ids for s in a.samples] == [s.ids for s in b.samples]
+        assert [s.finish_reason for s in a.samples] == [s.finish_reason for s in b.samples]
+        for x, y in zip(a.samples, b.samples):  # equal up to float rounding between batch shapes
+            assert len(x.logprobs) == len(x.ids) and max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-4
 
 
 @pytest.mark.slow

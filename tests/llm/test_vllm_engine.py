@@ -77,3 +77,104 @@ def test_vllm_engine_on_gpu(checkpoint):
     b = engine.generate(PROMPT, sample_indices=[1], max_tokens=6, temperature=1.0, seed=1)
     assert b.samples[0].text == a.samples[1].text  # (seed, index) reproduces outside its batch
     assert a.prompt_tokens > 5
+
+
+@pytest.mark.slow
+def test_transformers_engine_is_a_token_generator(checkpoint):
+    from mirl.llm.generator import Generator, teacher_forced_logprobs
+
+    engine = policy_engine(checkpoint, backend="transformers", dtype="float32")
+    assert isinstance(engine, Generator)
+    ids = engine.prompt_ids(PROMPT)[0].tolist()
+    gen = engine.generate_tokens(ids, [0, 1], max_tokens=8, temperature=0.9, seed=2)
+    for s in gen.samples:
+        forced = teacher_forced_logprobs(engine.model, ids, s.ids, 0.9)
+        assert len(s.ids) == len(s.logprobs) and max(abs(a - b) for a, b in zip(s.logprobs, forced)) < 1e-4
+
+
+# --- the vLLM engine's request/response mapping, against a stand-in for vllm.LLM ------------------
+# This checks our side only (what we send, how we read vLLM's output shapes); it cannot show that
+# vLLM itself samples or reports logprobs as documented. The GPU test above does, where vLLM runs.
+
+
+class StandInParams:
+    def __init__(self, **kw):
+        self.kw = kw
+
+
+class StandInLLM:
+    """The surface of `vllm.LLM` the engine touches; outputs shaped like vLLM's RequestOutput
+    (per position a dict token id -> Logprob with the sampled token among other top tokens)."""
+
+    def __init__(self, tokenizer, reset_ok=True):
+        from types import SimpleNamespace
+
+        self.tokenizer, self.reset_ok, self.calls, self.loaded, self.resets = tokenizer, reset_ok, [], [], 0
+        self.model = SimpleNamespace(load_weights=lambda items: self.loaded.append(list(items)))
+
+    def get_tokenizer(self):
+        return self.tokenizer
+
+    def generate(self, prompts, sampling_params, use_tqdm):
+        from types import SimpleNamespace as NS
+
+        self.calls.append((prompts, [p.kw for p in sampling_params]))
+        outs = []
+        for k, _ in enumerate(prompts):
+            toks = [10 + k, 20 + k, self.tokenizer.eos_token_id] if k % 2 == 0 else [30 + k, 40 + k]
+            pos = [{t: NS(logprob=-0.25 * (j + 1)), t + 1: NS(logprob=-0.01)} for j, t in enumerate(toks)]
+            outs.append(NS(outputs=[NS(token_ids=toks, logprobs=pos, finish_reason="stop" if k % 2 == 0 else "length")],
+                           prompt_token_ids=prompts[k]["prompt_token_ids"], num_cached_tokens=16))
+        return outs
+
+    def apply_model(self, fn):
+        return [fn(self.model)]
+
+    def reset_prefix_cache(self):
+        self.resets += 1
+        return self.reset_ok
+
+
+@pytest.fixture
+def stand_in(checkpoint):
+    from transformers import AutoTokenizer
+
+    from mirl.llm.vllm_engine import VLLMEngine
+
+    def make(**kw):
+        engine = VLLMEngine.__new__(VLLMEngine)
+        engine._attach(StandInLLM(AutoTokenizer.from_pretrained(str(checkpoint)), **kw), StandInParams, "stand-in")
+        return engine
+
+    return make
+
+
+def test_vllm_engine_sends_token_ids_and_reads_the_sampled_logprobs(stand_in):
+    from mirl.llm.embedded import row_seed
+    from mirl.llm.generator import Generator
+
+    engine = stand_in()
+    assert isinstance(engine, Generator) and engine.tokenizer.eos_token_id in engine.end_ids
+    gen = engine.generate_tokens([1, 2, 3, 4], [3, 4], max_tokens=7, temperature=0.6, seed=9)
+    prompts, params = engine.llm.calls[0]
+    assert prompts == [{"prompt_token_ids": [1, 2, 3, 4]}] * 2
+    assert [p["seed"] for p in params] == [row_seed(9, 3), row_seed(9, 4)]
+    assert all(p["logprobs"] == 0 and p["n"] == 1 and p["temperature"] == 0.6 and p["max_tokens"] == 7
+               for p in params)
+    eos = engine.tokenizer.eos_token_id
+    assert [s.ids for s in gen.samples] == [[10, 20, eos], [31, 41]]
+    assert [s.logprobs for s in gen.samples] == [[-0.25, -0.5, -0.75], [-0.25, -0.5]]  # the sampled token's
+    assert [s.finish_reason for s in gen.samples] == ["stop", "length"]
+    assert gen.prompt_tokens == 4 and gen.cached_tokens == 16
+
+
+def test_vllm_update_weights_loads_them_and_resets_the_prefix_cache(stand_in):
+    import torch
+
+    engine = stand_in()
+    weights = {"model.embed_tokens.weight": torch.zeros(2, 2)}
+    engine.update_weights(weights)
+    assert [[name for name, _ in items] for items in engine.llm.loaded] == [["model.embed_tokens.weight"]]
+    assert engine.llm.resets == 1
+    with pytest.raises(RuntimeError, match="prefix cache"):
+        stand_in(reset_ok=False).update_weights(weights)

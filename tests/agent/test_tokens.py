@@ -1,0 +1,198 @@
+"""The token path: prompts appended from ids, never re-rendered; steps store ids and the sampler's logprobs."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pytest
+from agent_doubles import SUBMIT, FakeSandbox, Scripted, bash
+
+from mirl.agent import AgentConfig, Step, run_episode
+from mirl.agent.messages import assistant_text, build_messages
+from mirl.agent.tokens import ChatGlue, training_sequence, turn_prompts
+from mirl.agent.trajectory import Trajectory
+from mirl.llm import embedded
+from mirl.llm.generator import teacher_forced_logprobs
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
+    from tests.llm.test_vllm_engine import tiny_checkpoint
+
+    ckpt = tiny_checkpoint(tmp_path_factory.mktemp("tiny-tokens"))
+    return embedded.EmbeddedLM(ckpt, device="cpu", prefill_chunk=16, prefill_bf16=False)
+
+
+@pytest.fixture
+def glue(lm):
+    return ChatGlue.of(lm.tokenizer, lm.end_ids)
+
+
+def template_ids(lm, messages) -> list[int]:
+    """What re-rendering the whole chat from text gives (the text path's prompt)."""
+    return lm.prompt_ids(messages)[0].tolist()
+
+
+def recording(lm, monkeypatch) -> list[list[int]]:
+    """The prompt ids the sampler is given, call by call."""
+    seen: list[list[int]] = []
+    real = lm.generate_tokens
+
+    def generate_tokens(prompt_ids, *args, **kwargs):
+        seen.append(list(prompt_ids))
+        return real(prompt_ids, *args, **kwargs)
+
+    monkeypatch.setattr(lm, "generate_tokens", generate_tokens)
+    return seen
+
+
+# --- the template glue --------------------------------------------------------------------------
+
+
+def test_appending_canonical_text_gives_what_the_template_renders(lm, glue):
+    """For SmolLM2's template, re-rendering does not change tokens as long as every reply is the
+    tokenizer's own tokenization of its text (the next test shows where it does)."""
+    replies = [bash("wc -l /app/data.txt"), bash("echo 3 > /app/count.txt")]
+    outputs = ["<returncode>0</returncode>\n<output>\n3 /app/data.txt\n</output>", "<returncode>0</returncode>"]
+    msgs = build_messages("Count the lines.", [])
+    ids = glue.prompt_ids(msgs)
+    assert ids == template_ids(lm, msgs)
+    for reply, out in zip(replies, outputs):
+        comp = glue.context_ids(reply)
+        assert comp[-1] == glue.eot_id == lm.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        obs = [{"role": "user", "content": out}]
+        ids += comp + glue.observation_ids(comp, obs)
+        msgs += [{"role": "assistant", "content": reply}] + obs
+        assert ids == template_ids(lm, msgs)
+    # a reply cut by max_tokens has no end token: the glue closes the turn, as the template does
+    cut = glue.context_ids("THOUGHT: I will")[:-1]
+    assert glue.observation_ids(cut, obs)[:1] == [glue.eot_id]
+    assert glue.observation_ids(cut + [glue.eot_id], obs)[:1] != [glue.eot_id]
+
+
+def test_rerendering_from_text_changes_a_non_canonical_sample(lm, glue):
+    """A sampler may emit a tokenization the tokenizer would not produce; decode-then-encode
+    merges it, so a re-rendered prompt differs from what the sampler saw, inside that reply."""
+    msgs = build_messages("List the files.", [])
+    reply = bash("ls -la")
+    canonical = glue.context_ids(reply)
+    split = [i for ch in reply for i in lm.tokenizer.encode(ch, add_special_tokens=False)] + [glue.eot_id]
+    assert split != canonical and glue.text(split) == glue.text(canonical) == reply
+    obs = [{"role": "user", "content": "<returncode>0</returncode>"}]
+    appended = glue.prompt_ids(msgs) + split + glue.observation_ids(split, obs)
+    rerendered = template_ids(lm, msgs + [{"role": "assistant", "content": glue.text(split)}] + obs)
+    assert appended != rerendered
+    start = len(glue.prompt_ids(msgs))
+    first = next(i for i, (a, b) in enumerate(zip(appended, rerendered)) if a != b)
+    assert start <= first < start + len(split)  # the difference is inside the reply
+    assert appended[start:start + len(split)] == split  # the token path keeps the sampled ids
+
+
+def test_observation_text_cannot_inject_template_tokens(lm, glue):
+    """A command that prints the end-of-turn marker: re-rendering parses it as a special token, the
+    token path keeps it text."""
+    msgs = build_messages("Print the marker.", [])
+    comp = glue.context_ids(bash("echo '<|im_end|>'"))
+    obs = [{"role": "user", "content": "<output>\n<|im_end|>\n</output>"}]
+    ids = glue.observation_ids(comp, obs)
+    assert ids.count(glue.eot_id) == 1  # only the glue closing the observation message
+    rerendered = template_ids(lm, msgs + [{"role": "assistant", "content": glue.text(comp)}] + obs)
+    assert rerendered.count(glue.eot_id) > (glue.prompt_ids(msgs) + comp + ids).count(glue.eot_id)
+
+
+# --- episodes on the token path ------------------------------------------------------------------
+
+
+def play(lm, task, monkeypatch, **kw):
+    seen = recording(lm, monkeypatch)
+    cfg = AgentConfig(max_steps=3, max_output_tokens=12, temperature=0.9, **kw.pop("config", {}))
+    traj = run_episode(task, FakeSandbox(), lm, cfg, seed=kw.pop("seed", 5), **kw)
+    assert traj.exit_reason in ("step_limit", "submitted"), traj.error
+    return traj, seen
+
+
+def test_episode_stores_ids_that_rebuild_every_prompt(lm, glue, task, monkeypatch):
+    traj, seen = play(lm, task, monkeypatch)
+    traj = Trajectory.from_dict(asdict(traj))  # what a reader of the JSONL file gets back
+    assert len(traj.steps) == 3 and len(seen) == 3
+    assert turn_prompts(traj) == seen  # rebuilt from the stored ids: exactly what the sampler got
+    assert seen[0] == traj.prompt_ids == template_ids(lm, build_messages(task.instruction, []))
+    for step, prompt in zip(traj.steps, seen):
+        assert step.tokens == "sampled" and step.source == "policy"
+        assert len(step.completion_ids) == len(step.logprobs) == step.output_tokens > 0
+        assert glue.text(step.completion_ids) == step.raw  # the reply text is the decoded sample
+        assert step.input_tokens == len(prompt)
+        forced = teacher_forced_logprobs(lm.model, prompt, step.completion_ids, 0.9)
+        assert max(abs(a - b) for a, b in zip(step.logprobs, forced)) < 1e-4
+    ids, mask, logprobs = training_sequence(traj)
+    assert ids[:len(seen[-1])] == seen[-1] and len(ids) == len(mask) == len(logprobs)
+    assert sum(mask) == sum(len(s.completion_ids) for s in traj.steps)
+    assert [lp for lp, m in zip(logprobs, mask) if m] == [lp for s in traj.steps for lp in s.logprobs]
+
+
+def test_text_path_steps_say_they_have_no_ids(lm, task):
+    traj = run_episode(task, FakeSandbox(), Scripted([bash("ls"), SUBMIT]))
+    assert traj.prompt_ids is None and [s.tokens for s in traj.steps] == ["none", "none"]
+    assert all(s.completion_ids is None and s.logprobs is None for s in traj.steps)
+    with pytest.raises(ValueError, match="no token ids"):
+        turn_prompts(traj)
+    off = run_episode(task, FakeSandbox(), lm, AgentConfig(max_steps=1, max_output_tokens=4, token_ids=False))
+    assert off.prompt_ids is None and off.steps[0].tokens == "none"
+    taught = run_episode(task, FakeSandbox(), Scripted([bash("ls"), SUBMIT]), hook=TeacherAtStep(0))
+    assert taught.steps[0].source == "teacher" and taught.steps[0].tokens == "none"
+    assert taught.steps[0].meta["proposed"]["tokens"] == "none"  # what the hook saw
+
+
+def test_restored_samples_become_context(task):
+    from agent_doubles import FakeSession
+
+    from mirl.agent.restore import restore_prefix
+
+    sampled = Step(reasoning="", command="ls", output="ran: ls\n", exit_code=0, raw=bash("ls"), tokens="sampled",
+                   completion_ids=[5, 6, 2], logprobs=[-0.1, -0.2, -0.3], observation_ids=[7])
+    text_only = Step(reasoning="", command="pwd", output="ran: pwd\n", exit_code=0, tokens="none")
+    restored, report = restore_prefix(FakeSession(task), [sampled, text_only])
+    assert report.exact
+    assert (restored[0].tokens, restored[0].completion_ids, restored[0].logprobs) == ("context", [5, 6, 2], None)
+    assert restored[0].observation_ids == [7] and restored[1].tokens == "none"
+
+
+class TeacherAtStep:
+    """Replaces the policy's proposal at one step with a teacher step (as error profiling does)."""
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def review(self, ctx):
+        if len(ctx.steps) != self.at:
+            return ctx.proposed
+        return Step(reasoning="Count the lines first.", command="wc -l /app/data.txt", source="teacher")
+
+
+def test_teacher_steps_are_context_not_samples(lm, glue, task, monkeypatch):
+    traj, seen = play(lm, task, monkeypatch, hook=TeacherAtStep(1))
+    teacher = traj.steps[1]
+    assert teacher.source == "teacher" and teacher.tokens == "context" and teacher.logprobs is None
+    assert teacher.completion_ids == glue.context_ids(assistant_text(teacher))
+    assert len(teacher.meta["proposed"]["completion_ids"]) == len(teacher.meta["proposed"]["logprobs"]) > 0
+    assert [s.tokens for s in traj.steps] == ["sampled", "context", "sampled"]
+    assert turn_prompts(traj) == seen
+    _, mask, _ = training_sequence(traj)
+    assert sum(mask) == len(traj.steps[0].completion_ids) + len(traj.steps[2].completion_ids)
+
+
+def test_a_prefix_keeps_its_stored_ids_as_context(lm, task, monkeypatch):
+    first, _ = play(lm, task, monkeypatch, seed=8)
+    cont, seen = play(lm, task, monkeypatch, prefix=first.steps[:2], seed=9)
+    assert cont.prefix_len == 2 and len(seen) == 1
+    for old, new in zip(first.steps[:2], cont.steps[:2]):
+        assert new.source == "prefix" and new.tokens == "context" and new.logprobs is None
+        assert new.completion_ids == old.completion_ids and new.observation_ids == old.observation_ids
+    assert seen[0] == turn_prompts(first)[2]  # the sampler continued from the original ids
+    assert turn_prompts(cont) == [turn_prompts(first)[0], turn_prompts(first)[1], seen[0]]
+    # a prefix from a text-only policy is tokenized as context
+    text_only = run_episode(task, FakeSandbox(), Scripted([bash("ls")]), AgentConfig(max_steps=1))
+    cont2, seen2 = play(lm, task, monkeypatch, prefix=text_only.steps)
+    assert cont2.steps[0].tokens == "context" and cont2.steps[0].completion_ids[-1] == ChatGlue.of(
+        lm.tokenizer, lm.end_ids).eot_id
+    assert turn_prompts(cont2)[1] == seen2[0]
