@@ -26,9 +26,9 @@ from mirl.agent.messages import build_messages, message_chars
 from mirl.agent.parse import parse_reply
 from mirl.agent.restore import restore_prefix
 from mirl.agent.tokens import TokenPath
-from mirl.agent.trajectory import Step, Trajectory
 from mirl.llm.errors import BudgetExceeded
 from mirl.llm.types import Completion, Model
+from mirl.records.trajectory import Step, Trajectory
 from mirl.sandbox.base import Sandbox, Session
 from mirl.tasks import Task
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from mirl.agent.config import AgentConfig
-from mirl.agent.trajectory import Step
+from mirl.records.trajectory import Step
 from mirl.tasks import Task
 
 

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from mirl.agent import prompts
-from mirl.agent.trajectory import Step
+from mirl.records.trajectory import Step
 
 Message = dict[str, Any]
 

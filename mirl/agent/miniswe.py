@@ -42,7 +42,7 @@ from typing import Any
 from mirl.agent.messages import assistant_text, observation_text, tool_calls
 from mirl.agent.parse import parse_reply
 from mirl.agent.prompts import SUBMIT_MARKER, instance_prompt, system_prompt
-from mirl.agent.trajectory import Step, Trajectory
+from mirl.records.trajectory import Step, Trajectory
 
 FORMAT = "mini-swe-agent-1.1"
 EXIT_STATUS = {"submitted": "Submitted", "step_limit": "LimitsExceeded", "token_limit": "ContextWindowExceeded",

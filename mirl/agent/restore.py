@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mirl.agent.trajectory import Step
+from mirl.records.trajectory import Step
 from mirl.sandbox.base import Session
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")

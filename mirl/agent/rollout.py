@@ -21,8 +21,8 @@ from typing import Any
 from mirl.agent.config import AgentConfig
 from mirl.agent.episode import run_episode
 from mirl.agent.hooks import StepHook
-from mirl.agent.trajectory import Trajectory
 from mirl.llm.config import LLMConfig
+from mirl.records.trajectory import Trajectory
 from mirl.runner.executor import ExecutorError
 from mirl.runner.stage import Item, Stage, run_stage
 from mirl.sandbox.base import SandboxConfig

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mirl.agent.messages import assistant_text, step_messages
-from mirl.agent.trajectory import Step, Trajectory
+from mirl.records.trajectory import Step, Trajectory
 
 SENTINEL = "MIRLSENTINEL{}XYZ"  # plain letters: templates pass them through unchanged
 _GLUES: dict[int, tuple[Any, ChatGlue]] = {}

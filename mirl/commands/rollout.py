@@ -93,8 +93,8 @@ def _convert(args) -> int:
     from pathlib import Path
 
     from mirl.agent.miniswe import save_traj_json
-    from mirl.agent.trajectory import load_trajectories
     from mirl.jsonl import JsonlWriter
+    from mirl.records.trajectory import load_trajectories
     from mirl.sources import TrajectoryFileError, find_sources, read_source
     from mirl.sources.atif import to_atif
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
-from mirl.agent.trajectory import Trajectory
+from mirl.records.trajectory import Trajectory
 
 
 @dataclass(frozen=True)

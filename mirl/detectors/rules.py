@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 
-from mirl.agent.trajectory import Step, Trajectory
 from mirl.detectors.registry import Flag, detector
 from mirl.detectors.shell import (
     EXEC,
@@ -24,6 +23,7 @@ from mirl.detectors.shell import (
     normalize,
     same_path,
 )
+from mirl.records.trajectory import Step, Trajectory
 
 # --- helpers
 

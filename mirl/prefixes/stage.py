@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mirl.agent.restore import restore_prefix
-from mirl.agent.trajectory import Trajectory
 from mirl.jsonl import read_jsonl
 from mirl.records.error_step import ErrorStep
 from mirl.records.loaders import load_error_steps
 from mirl.records.prefix import MODES, Prefix
 from mirl.records.taxonomy import Label, TaxonomyStore
+from mirl.records.trajectory import Trajectory
 from mirl.runner.layout import RunDir, atomic_write_jsonl
 from mirl.runner.stage import Item, Stage, run_stage
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mirl.agent.config import SUBMIT_MARKER
 from mirl.agent.hooks import Discard, StepContext
-from mirl.agent.trajectory import Step
+from mirl.records.trajectory import Step
 from mirl.roles.localizer import Localizer
 from mirl.roles.teacher import Teacher
 

@@ -22,12 +22,12 @@ import pandas as pd
 
 from mirl.agent.episode import run_episode
 from mirl.agent.rollout import RolloutError, role_fingerprint, sandbox_fingerprint
-from mirl.agent.trajectory import Trajectory
 from mirl.jsonl import read_jsonl
 from mirl.llm.config import LLMConfig
 from mirl.profiling.hook import ProfilingHook, flag_of
 from mirl.records.error_step import ErrorStep
 from mirl.records.loaders import ERROR_STEPS
+from mirl.records.trajectory import Trajectory
 from mirl.roles.localizer import EitherLocalizer, LLMLocalizer, RuleLocalizer
 from mirl.roles.teacher import LLMTeacher, ReferenceTeacherAdapter
 from mirl.runner.layout import RunDir, atomic_write_jsonl

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mirl.agent.trajectory import Step, Trajectory
+from mirl.records.trajectory import Step, Trajectory
 from mirl.roles import prompts
 from mirl.tasks import Task
 

@@ -18,8 +18,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from mirl.agent.trajectory import Step
 from mirl.detectors.shell import HEREDOC_OP, classify, in_quotes, tokenize
+from mirl.records.trajectory import Step
 from mirl.tasks import Task
 
 CONTEXT_PROGRAMS = frozenset("cd export set shopt umask source . alias unset pushd popd readonly declare typeset trap ulimit".split())

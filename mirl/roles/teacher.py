@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from mirl.agent.parse import parse_reply
-from mirl.agent.trajectory import Step
+from mirl.records.trajectory import Step
 from mirl.roles import prompts
 from mirl.tasks import Task
 

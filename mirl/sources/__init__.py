@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from mirl.agent.trajectory import Trajectory
+from mirl.records.trajectory import Trajectory
 from mirl.sources.base import FORMATS, TrajectoryFileError
 
 # file names a directory search picks up (trial directories are recognised by their result files)

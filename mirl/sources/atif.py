@@ -31,7 +31,7 @@ import mirl
 from mirl.agent.miniswe import _parse_rendered
 from mirl.agent.parse import parse_reply
 from mirl.agent.prompts import SUBMIT_MARKER
-from mirl.agent.trajectory import Step, Trajectory
+from mirl.records.trajectory import Step, Trajectory
 from mirl.sources.base import TrajectoryFileError
 
 NAME = "ATIF"

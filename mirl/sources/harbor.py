@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from mirl.agent.trajectory import Trajectory
+from mirl.records.trajectory import Trajectory
 from mirl.sources.base import TrajectoryFileError
 
 NAME = "Harbor trial directory"

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mirl.agent.trajectory import Trajectory
+from mirl.records.trajectory import Trajectory
 from mirl.sources.base import TrajectoryFileError
 
 NAME = "our JSONL"

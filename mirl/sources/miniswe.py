@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from mirl.agent.miniswe import TrajFormatError, from_traj_json
-from mirl.agent.trajectory import Trajectory
+from mirl.records.trajectory import Trajectory
 from mirl.sources.base import TrajectoryFileError
 
 NAME = "mini-swe-agent .traj.json"

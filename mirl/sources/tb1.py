@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from mirl.agent.trajectory import Step, Trajectory
+from mirl.records.trajectory import Step, Trajectory
 from mirl.sources.base import TrajectoryFileError
 
 NAME = "Terminal-Bench 1 trial directory"

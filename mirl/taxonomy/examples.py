@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mirl.agent.trajectory import Step
 from mirl.jsonl import read_jsonl
 from mirl.records.error_step import ErrorStep
 from mirl.records.loaders import PROFILING, load_error_steps
+from mirl.records.trajectory import Step
 from mirl.runner.layout import PARAMS, RunDir
 
 TAXONOMY = "taxonomy"

@@ -22,9 +22,9 @@ from typing import Any
 import ipywidgets as w
 import yaml
 
-from mirl.agent.trajectory import Step
 from mirl.records.error_step import ErrorStep
 from mirl.records.taxonomy import Label, Taxonomy, TaxonomyStore
+from mirl.records.trajectory import Step
 from mirl.runner.layout import RunDir, atomic_write
 from mirl.taxonomy.curation import Curator, EditError, Relabel, apply_edits
 from mirl.taxonomy.examples import TAXONOMY, Prefixes, matches, run_error_steps

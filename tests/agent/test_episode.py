@@ -1,8 +1,9 @@
 
 from agent_doubles import SUBMIT, FakeSandbox, FakeSession, Scripted, bash, tool_call
 
-from mirl.agent import AgentConfig, Discard, Step, run_episode
+from mirl.agent import AgentConfig, Discard, run_episode
 from mirl.agent.messages import build_messages
+from mirl.records import Step
 from mirl.sandbox.base import CommandResult
 
 

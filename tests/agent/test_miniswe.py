@@ -5,11 +5,12 @@ from pathlib import Path
 import pytest
 from agent_doubles import SUBMIT, FakeSandbox, Scripted, bash, tool_call
 
-from mirl.agent import AgentConfig, Step, Trajectory, run_episode
+from mirl.agent import AgentConfig, run_episode
 from mirl.agent.miniswe import FORMAT, TrajFormatError, from_traj_json, load_traj_json, save_traj_json, to_traj_json
-from mirl.agent.trajectory import load_trajectories
-from mirl.detectors.sources import read_trajectories
+from mirl.records import Step, Trajectory
+from mirl.records.trajectory import load_trajectories
 from mirl.sandbox.base import CommandResult
+from mirl.sources import read_source as read_trajectories
 
 
 def _played(task, action_format):

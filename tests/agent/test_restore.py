@@ -1,7 +1,7 @@
 from agent_doubles import FakeSession
 
 from mirl.agent.restore import normalize_output, restore_prefix
-from mirl.agent.trajectory import Step
+from mirl.records.trajectory import Step
 from mirl.sandbox.base import CommandResult
 
 

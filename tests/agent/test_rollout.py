@@ -11,8 +11,8 @@ import pytest
 from agent_doubles import SUBMIT, FakeSandbox, Scripted, bash, make_task
 
 from mirl.agent.rollout import RolloutConfig, RolloutError, load_tasks, run_rollouts
-from mirl.agent.trajectory import steps_frame, trajectories_frame
 from mirl.jsonl import read_jsonl
+from mirl.records.trajectory import steps_frame, trajectories_frame
 
 HERE = Path(__file__).parent
 

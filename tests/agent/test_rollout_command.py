@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 
 from mirl.agent.miniswe import FORMAT
-from mirl.agent.trajectory import Step, Trajectory, load_trajectories
 from mirl.cli import main
 from mirl.jsonl import append_jsonl
+from mirl.records.trajectory import Step, Trajectory, load_trajectories
 
 
 def test_missing_tasks_is_a_clear_error(tmp_path, capsys):

@@ -7,12 +7,13 @@ from dataclasses import asdict
 import pytest
 from agent_doubles import SUBMIT, FakeSandbox, Scripted, bash
 
-from mirl.agent import AgentConfig, Step, run_episode
+from mirl.agent import AgentConfig, run_episode
 from mirl.agent.messages import assistant_text, build_messages
 from mirl.agent.tokens import ChatGlue, training_sequence, turn_prompts
-from mirl.agent.trajectory import Trajectory
 from mirl.llm import embedded
 from mirl.llm.generator import teacher_forced_logprobs
+from mirl.records import Step
+from mirl.records.trajectory import Trajectory
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,9 @@
 
 import pytest
 
-from mirl.agent.trajectory import Step, Trajectory
 from mirl.detectors import rules
 from mirl.detectors.registry import DETECTORS, get_detectors, run_detectors
+from mirl.records.trajectory import Step, Trajectory
 
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 BINARY = "\ufffd\x00\x01PK\x03\x04\ufffd\ufffd\x00\x00\x13\x08\ufffd" * 4

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from mirl.agent.trajectory import Step, Trajectory
 from mirl.params import make
 from mirl.prefixes.stage import load_prefixes, run_prefixes, sample_prefixes, starts_processes
 from mirl.records.error_step import ErrorStep
 from mirl.records.taxonomy import ErrorType, Label, Taxonomy, TaxonomyStore
+from mirl.records.trajectory import Step, Trajectory
 from mirl.runner.layout import RunDir
 
 SCENARIOS = {

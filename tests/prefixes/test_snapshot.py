@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from mirl.agent.trajectory import Step, Trajectory
 from mirl.params import make
 from mirl.prefixes.stage import load_prefixes, run_prefixes
 from mirl.records.error_step import ErrorStep
 from mirl.records.taxonomy import ErrorType, Label, Taxonomy, TaxonomyStore
+from mirl.records.trajectory import Step, Trajectory
 from mirl.runner.layout import RunDir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

@@ -6,8 +6,8 @@ from agent_doubles import make_task
 
 from mirl.agent.config import SUBMIT_MARKER, AgentConfig
 from mirl.agent.hooks import Discard, StepContext
-from mirl.agent.trajectory import Step
 from mirl.profiling.hook import ProfilingHook
+from mirl.records.trajectory import Step
 from mirl.roles.localizer import Verdict
 
 

@@ -7,11 +7,11 @@ import json
 import pytest
 from agent_doubles import make_task
 
-from mirl.agent.trajectory import Step
 from mirl.llm.client import LLMClient
 from mirl.llm.config import LLMConfig, RoleConfig
 from mirl.llm.errors import LLMError
 from mirl.llm.scripted import ScriptedModel, register, unregister
+from mirl.records.trajectory import Step
 from mirl.roles.localizer import EitherLocalizer, LLMLocalizer, RuleLocalizer
 
 

@@ -129,8 +129,8 @@ def test_resume_after_kill_loses_and_duplicates_nothing(tmp_path):
 
 
 def test_progress_fields_count_steps_flags_and_spend(tmp_path):
-    from mirl.agent.trajectory import Step, Trajectory
     from mirl.profiling.stage import ProfilingStage
+    from mirl.records.trajectory import Step, Trajectory
 
     flagged = Step("", "ls", "", 0, source="teacher", meta={"flag": {"rejected_command": None, "reason": "r"}})
     stage = ProfilingStage(make(), tmp_path)

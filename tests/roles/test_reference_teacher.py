@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mirl.agent.trajectory import Step
+from mirl.records.trajectory import Step
 from mirl.roles.reference_teacher import ReferenceTeacher, TeacherUnavailable, plan_steps, split_statements
 from mirl.tasks import find_tasks, load_task
 

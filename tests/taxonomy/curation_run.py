@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mirl.agent.trajectory import Step, Trajectory
 from mirl.records.error_step import ErrorStep
 from mirl.records.taxonomy import ErrorType, Label, Taxonomy, TaxonomyStore
+from mirl.records.trajectory import Step, Trajectory
 from mirl.taxonomy.stats import apply_threshold, type_stats
 
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"

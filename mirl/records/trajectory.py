@@ -1,7 +1,7 @@
 """Trajectory records: what one episode of an agent in a sandbox did, step by step.
 
 Stored as one JSON object per line (see `mirl.jsonl`), loadable into pandas with
-`mirl.agent.trajectory.steps_frame`. A step with no runnable command keeps `command=None`: such
+`mirl.records.trajectory.steps_frame`. A step with no runnable command keeps `command=None`: such
 steps are data (one of the misbehaviors studied), not noise.
 
 Token ids (for RL; see `mirl.agent.tokens`): when the policy offers a generator, the trajectory

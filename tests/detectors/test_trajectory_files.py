@@ -6,8 +6,10 @@ from pathlib import Path
 import pytest
 
 from mirl.agent.miniswe import from_traj_json
-from mirl.agent.trajectory import Step, Trajectory
-from mirl.detectors.sources import TrajectoryFileError, find_files, read_trajectories
+from mirl.records.trajectory import Step, Trajectory
+from mirl.sources import TrajectoryFileError
+from mirl.sources import find_sources as find_files
+from mirl.sources import read_source as read_trajectories
 
 DATA = Path(__file__).parent.parent / "data" / "trajectories"
 
