@@ -18,17 +18,18 @@ FORBIDDEN = {
     "mirl.tasks": {"sandbox", "agent", "llm", "detectors", "roles", "runner", "profiling", "records"},
     "mirl.records": {"sandbox", "agent", "llm", "detectors", "roles", "profiling", "taxonomy", "prefixes"},
     "mirl.detectors": {"sandbox", "agent", "llm", "roles", "profiling"},
-    "mirl.llm.client": {"sandbox", "agent", "detectors", "roles", "profiling"},
-    "mirl.llm.generator": {"sandbox", "agent", "detectors", "roles", "profiling"},
-    "mirl.llm.embedded": {"sandbox", "agent", "detectors", "roles", "profiling"},
+    "mirl.llm": {"sandbox", "agent", "detectors", "roles", "profiling", "records"},
     "mirl.runner": {"sandbox", "agent", "detectors", "roles", "profiling", "taxonomy", "prefixes"},
     "mirl.sandbox": {"agent", "llm", "detectors", "roles", "runner", "profiling"},
 }
 
 
 def pulled_in(module: str) -> set[str]:
-    code = (f"import sys, json, {module}; "
-            "print(json.dumps(sorted({m.split('.')[1] for m in sys.modules if m.startswith('mirl.')})))")
+    """mirl packages in sys.modules after importing `module` and, for a package, every module in it."""
+    code = (f"import sys, json, importlib, pkgutil, {module} as m\n"
+            "for info in pkgutil.walk_packages(getattr(m, '__path__', []), m.__name__ + '.'):\n"
+            "    importlib.import_module(info.name)\n"
+            "print(json.dumps(sorted({n.split('.')[1] for n in sys.modules if n.startswith('mirl.')})))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
