@@ -9,7 +9,7 @@
     taxonomy:   stage 02's own settings                                 (`mirl.taxonomy.config.TaxonomyParams`)
     prefixes:   stage 03's own settings                                 (`mirl.prefixes.config.PrefixParams`)
 
-`mirl run`, `mirl rollout` and `mirl batch` read the same file. Overrides name their section:
+`mirl run` and `mirl rollout` read the same file. Overrides name their section:
 `-p profiling.max_tasks=3`, `-p models.policy.temperature=1.0`. An unknown section or key, a wrong
 type, or a budget for a stage that does not exist is an error naming it (and the file).
 """

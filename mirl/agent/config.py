@@ -24,9 +24,11 @@ class AgentConfig:
         default=32768, metadata={"help": "end the episode when the next prompt would reach this many tokens"})
     command_timeout_s: float = field(default=120.0, metadata={"help": "per-command timeout in the sandbox"})
     temperature: float | None = field(
-        default=None, metadata={"help": "sampling temperature passed to the model; None: the model's default"})
+        default=None, metadata={"help": "per-call temperature for a model used without the LLM client; in a params file leave it "
+                          "empty and set models.policy.temperature"})
     max_output_tokens: int | None = field(
-        default=None, metadata={"help": "cap on tokens per reply passed to the model; None: the model's default"})
+        default=None, metadata={"help": "per-call reply cap for a model used without the LLM client; in a params file leave it "
+                          "empty and set models.policy.max_tokens"})
     pass_seed: bool = field(
         default=True, metadata={"help": "pass the episode seed to the model so episodes differ reproducibly"})
     token_ids: bool = field(
