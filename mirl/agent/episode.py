@@ -91,13 +91,7 @@ def _token_path(model: Any, config: AgentConfig, seed: int) -> TokenPath | None:
     generator = policy_generator(model) if config.token_ids else None
     if generator is None:
         return None
-    sampling: dict[str, Any] = {}
-    if config.pass_seed:
-        sampling["seed"] = seed
-    if config.temperature is not None:
-        sampling["temperature"] = config.temperature
-    if config.max_output_tokens is not None:
-        sampling["max_tokens"] = config.max_output_tokens
+    sampling = {k: v for k, v in _model_kwargs(config, seed).items() if k != "tools"}  # tools live in the template
     return TokenPath(generator, config.action_format, sampling)
 
 

@@ -22,6 +22,14 @@ def load_error_steps(run: str | Path | RunDir) -> list[ErrorStep]:
     path = error_steps_path(run)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no error steps (run the profiling stage first)")
+    return read_error_steps(path)
+
+
+def read_error_steps(path: str | Path) -> list[ErrorStep]:
+    """Error steps from any error_steps.jsonl (e.g. one made from a user's own agent logs)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such error-steps file")
     rows, _ = read_jsonl(path)
     out = []
     for i, row in enumerate(rows, 1):

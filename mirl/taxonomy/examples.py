@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mirl.jsonl import read_jsonl
 from mirl.records.error_step import ErrorStep
-from mirl.records.loaders import PROFILING, load_error_steps
+from mirl.records.loaders import PROFILING, load_error_steps, read_error_steps
 from mirl.records.trajectory import Step
 from mirl.runner.layout import PARAMS, RunDir
 
@@ -32,14 +32,7 @@ def run_error_steps(run: str | Path | RunDir) -> tuple[list[ErrorStep], Path | N
     path = Path(source)
     if not path.exists():
         raise FileNotFoundError(f"{params}: taxonomy.error_steps names {path}, which does not exist")
-    rows, _ = read_jsonl(path)
-    steps = []
-    for i, row in enumerate(rows, 1):
-        try:
-            steps.append(ErrorStep.from_dict(row))
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{path}: record {i} is not an error step: {e}") from None
-    return steps, path
+    return read_error_steps(path), path
 
 
 def matches(step: ErrorStep, query: str) -> bool:

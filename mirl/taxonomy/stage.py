@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from mirl.agent.rollout import role_fingerprint
-from mirl.jsonl import read_jsonl
 from mirl.records.error_step import ErrorStep
-from mirl.records.loaders import load_error_steps
+from mirl.records.loaders import load_error_steps, read_error_steps
 from mirl.records.taxonomy import ErrorType, Label, Taxonomy, TaxonomyStore
 from mirl.runner.layout import atomic_write
 from mirl.runner.stage import Item, Stage, run_stage, stage_budgets
@@ -73,8 +72,7 @@ class TaxonomyStage(Stage):
             if p.error_steps:
                 if not Path(p.error_steps).exists():
                     raise FileNotFoundError(f"taxonomy.error_steps: no such file {p.error_steps}")
-                rows, _ = read_jsonl(p.error_steps)
-                self._steps = [ErrorStep.from_dict(r) for r in rows]
+                self._steps = read_error_steps(p.error_steps)
             else:
                 self._steps = load_error_steps(self.run)
             ids = [s.id for s in self._steps]
