@@ -37,6 +37,7 @@ def test_dead_groups():
     # fewer than two valid rollouts
     assert is_dead(g("e", [1, 0], [True, False]))
     assert is_dead(g("f", [1], [True]))
+    assert is_dead(g("z", [1, 0], [False, False]))  # every rollout lost to the infrastructure
     # spread among the valid rollouts keeps a group alive whatever the failed one stores
     assert not is_dead(g("h", [1, 0, 0], [True, True, False]))
 
