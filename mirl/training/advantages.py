@@ -100,3 +100,17 @@ def fill_batch(source: Iterable[Group], batch_size: int = 8, max_tries: int = 32
         if len(out.groups) == batch_size or out.tried == max_tries:
             break
     return out
+
+
+def batch_advantages(groups: Sequence[Group]) -> tuple[list[float], list[bool]]:
+    """Per rollout, in group order: its advantage and whether its tokens enter the loss.
+
+    A rollout lost to the infrastructure gets advantage 0 and ``False``; its tokens must leave the
+    loss mask too, or they would still count in the token-level mean's denominator.
+    """
+    advantages: list[float] = []
+    train: list[bool] = []
+    for group in groups:
+        advantages += group_advantages(group.rewards, group.valid)
+        train += [bool(ok) for ok in group.valid]
+    return advantages, train

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirl.training.advantages import Group, fill_batch, group_advantages, is_dead
+from mirl.training.advantages import Group, batch_advantages, fill_batch, group_advantages, is_dead
 
 
 def g(name, rewards, valid=None):
@@ -83,3 +83,9 @@ def test_bad_arguments_are_named():
         fill_batch([], batch_size=8, max_tries=4)
     with pytest.raises(ValueError, match="2 rewards but 3 validity flags"):
         g("x", [1, 0], [True, True, False])
+
+
+def test_batch_advantages_flatten_groups_and_keep_failures_out_of_the_loss():
+    adv, train = batch_advantages([g("a", [1, 0], [True, True]), g("b", [2, 0, 1], [True, False, True])])
+    assert adv == pytest.approx([0.5, -0.5, 0.5, 0.0, -0.5])
+    assert train == [True, True, True, False, True]
