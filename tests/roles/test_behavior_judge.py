@@ -119,13 +119,12 @@ def test_the_rule_judge_reads_only_the_first_m_steps_after_the_prefix():
 
 
 def test_the_rule_judge_does_not_count_a_flag_inside_the_prefix():
+    # the retry at index 1 is flagged; every step says "policy", so only the prefix length keeps it out
     t = rollout(0, [("make", 1), ("make", 1), ("ls", 0)])
-    t.steps[0].source = t.steps[1].source = "prefix"
+    assert RuleBehaviorJudge().judge(t, RETRY, prefix_steps=1).flagged == [1]
+    assert RuleBehaviorJudge().judge(t, RETRY, prefix_steps=2).yes is False
     t.prefix_len = 2
-    assert RuleBehaviorJudge().judge(t, RETRY).yes is False
-    t.prefix_len = 1
-    t.steps[1].source = "policy"
-    assert RuleBehaviorJudge().judge(t, RETRY).yes is True
+    assert RuleBehaviorJudge().judge(t, RETRY).yes is False  # the trajectory's own prefix_len by default
 
 
 def test_which_detector_and_which_judge():
