@@ -77,10 +77,15 @@ def test_a_prefix_step_still_marked_sampled_is_not_trained_on(rollout):
     traj, seen = rollout
     old = traj.steps[1]
     old.tokens, old.source, old.logprobs = "sampled", "policy", [-0.5] * len(old.completion_ids)
-    ids, mask, _ = training_example(traj)
-    start = len(turn_prompts(traj)[1])
-    assert sum(mask[start:start + len(old.completion_ids)]) == 0
+    teacher = traj.steps[TEACHER]  # nor is a teacher's sample: its logprobs are not the policy's
+    teacher.tokens, teacher.logprobs = "sampled", [-0.25] * len(teacher.completion_ids)
+    ids, mask, logprobs = training_example(traj)
+    prompts = turn_prompts(traj)
+    for i in (1, TEACHER):
+        at = range(len(prompts[i]), len(prompts[i]) + len(traj.steps[i].completion_ids))
+        assert [mask[k] for k in at] == [0] * len(at) and [logprobs[k] for k in at] == [0.0] * len(at)
     assert sum(mask) == len(traj.steps[2].completion_ids) + len(traj.steps[4].completion_ids)
+    start = len(prompts[1])
     # with a one-step prefix the same step is the policy's own and is trained on
     _, mask1, _ = training_example(traj, prefix_steps=1)
     assert sum(mask1[start:start + len(old.completion_ids)]) == len(old.completion_ids)
