@@ -4,7 +4,9 @@ online (an LLM through `mirl.llm.client`) and offline variants side by side:
 - `localizer`: judge one proposed step from what the agent saw (rule detectors | LLM | both);
 - `teacher`: write a corrected step from the same prefix (reference-solution replay | LLM);
 - `reference_teacher`: the offline teacher's replay of a task's `solution/solve.sh`;
-- `prompts`: the localizer's and teacher's prompts, in our words, with the paper's inputs and outputs.
+- `prompts`: the localizer's and teacher's prompts, in our words, with the paper's inputs and outputs;
+- `annotator`, `annotator_offline`: propose, refine and label error types (LLM), or cluster them offline;
+- `behavior_judge`: did the rollout repeat the misbehavior in its first m steps (LLM, or its rule detector).
 
-Later roles (annotator, behavior judge, rubric writer and judge, step-equivalence judge) live here too.
+Later roles (rubric writer and judge, step-equivalence judge) live here too.
 """
