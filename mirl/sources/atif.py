@@ -24,7 +24,7 @@ counts, token ids and logprobs in `metrics`; our fields the format has no slot f
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import Any
 
 import mirl
@@ -40,7 +40,6 @@ SHELL_KEYS = ("command", "cmd", "keystrokes", "script", "bash_command", "shell_c
 SUBMIT_TOOLS = frozenset({"mark_task_complete", "task_complete", "submit", "finish", "complete_task",
                           "attempt_completion", "submit_solution", "final_answer"})
 TOKEN_FIELDS = ("prompt_token_ids", "completion_token_ids", "logprobs")
-_STEP_FIELDS = {f.name for f in fields(Step)}
 
 
 def sniff(data: Any) -> bool:
@@ -84,15 +83,21 @@ def _shell_command(args: dict[str, Any]) -> str | None:
     return None
 
 
+# ATIF metric -> our Step field; prompt ids have no Step field (the trajectory keeps the first prompt's)
+STEP_TOKEN_FIELDS = {"completion_token_ids": "completion_ids", "logprobs": "logprobs"}
+
+
 def _set_tokens(step: Step, metrics: dict[str, Any]) -> None:
     step.input_tokens = metrics.get("prompt_tokens") or 0
     step.output_tokens = metrics.get("completion_tokens") or 0
     for name in TOKEN_FIELDS:
         if metrics.get(name) is not None:
-            if name in _STEP_FIELDS:
-                setattr(step, name, metrics[name])
+            if name in STEP_TOKEN_FIELDS:
+                setattr(step, STEP_TOKEN_FIELDS[name], metrics[name])
             else:
                 step.meta[name] = metrics[name]
+    if step.completion_ids is not None:
+        step.tokens = "sampled" if step.logprobs is not None else "context"
 
 
 def _output(step: Step, content: str) -> None:
@@ -219,7 +224,7 @@ def read(data: dict[str, Any], task: str = "") -> Trajectory:
 def _tokens_of(step: Step) -> dict[str, Any]:
     out = {}
     for name in TOKEN_FIELDS:
-        value = getattr(step, name, None) if name in _STEP_FIELDS else step.meta.get(name)
+        value = getattr(step, STEP_TOKEN_FIELDS[name]) if name in STEP_TOKEN_FIELDS else step.meta.get(name)
         if value is not None:
             out[name] = value
     return out
@@ -229,8 +234,9 @@ def _kept(step: Step) -> dict[str, Any]:
     d = asdict(step)
     d.pop("output")
     for name in TOKEN_FIELDS:
-        d.pop(name, None)
+        d.pop(STEP_TOKEN_FIELDS.get(name, name), None)
         d["meta"].pop(name, None)
+    d.pop("tokens", None)
     return d
 
 

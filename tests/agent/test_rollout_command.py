@@ -69,7 +69,8 @@ def test_atif_export_re_reads_to_the_same_steps(tmp_path, capsys):
              Step("", None, output="Format error: no block", raw="hmm"),
              Step("done", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", output="COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n",
                   exit_code=0, duration_s=0.5)]
-    steps[0].meta.update({"completion_token_ids": [5, 6, 7], "logprobs": [-0.5, -0.1, -0.2], "note": "x"})
+    steps[0].completion_ids, steps[0].logprobs, steps[0].tokens = [5, 6, 7], [-0.5, -0.1, -0.2], "sampled"
+    steps[0].meta.update({"note": "x"})
     t = Trajectory(task="hello", seed=3, models={"policy": "p"}, instruction="do it", steps=steps,
                    exit_reason="submitted", reward=1.0)
     append_jsonl(runs, t.to_dict())

@@ -30,7 +30,8 @@ def test_terminus_atif_keystrokes_batches_parse_errors_and_task_complete():
     assert t.steps[0].output == "" and t.steps[0].meta["reply_actions"] == 2
     assert t.steps[2].output.startswith("Previous response had parsing errors")
     assert t.steps[5].meta["wait"] and t.steps[8].meta["submission"] and t.exit_reason == "submitted"
-    assert t.steps[0].meta["completion_token_ids"] == [791, 3290, 11] and t.steps[0].meta["logprobs"][1] == -0.4
+    assert t.steps[0].completion_ids == [791, 3290, 11] and t.steps[0].logprobs[1] == -0.4
+    assert t.steps[0].tokens == "sampled"  # ATIF token ids land in the step's own fields
     assert (t.steps[0].input_tokens, t.steps[0].output_tokens) == (812, 64)
     assert t.meta["final_message"].startswith("The server is restarted")  # not a step
     assert t.instruction.startswith("Restart the web server") and t.models == {"policy": "openai/gpt-4.1-mini"}

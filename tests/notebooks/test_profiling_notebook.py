@@ -77,7 +77,7 @@ def test_notebook_with_llm_roles(tmp_path, monkeypatch):
 def test_notebook_on_its_defaults(tmp_path):
     """The path a new user runs: SmolLM2 policy, rule localizer, reference teacher, on bubblewrap.
 
-    Only the size is overridden (2 tasks, 1 seed, 2 steps). Every output is checked against what
+    Only the size is overridden (2 tasks, 1 seed, 2 steps, 64 tokens per reply). Every output is checked against what
     is computed here from the trajectories and the ledger the run wrote."""
     from mirl.sandbox import bwrap_backend
     from tests.llm.smollm2 import require_smollm2
@@ -86,7 +86,7 @@ def test_notebook_on_its_defaults(tmp_path):
     if not bwrap_backend.available():
         missing("bubblewrap or the base root filesystem", "`apt-get install bubblewrap`, then `mirl image build`")
     overrides = {"profiling.tasks": str(REPO / "tasks"), "profiling.max_tasks": 2, "profiling.seeds": 1,
-                 "agent.max_steps": 2, "sandbox.backend": "bwrap"}
+                 "agent.max_steps": 2, "sandbox.backend": "bwrap", "models.policy.max_tokens": 64}
     spec = RunSpec(notebook=NOTEBOOK, run_name="defaults", overrides=overrides, runs_root=tmp_path / "runs",
                    reports_root=tmp_path / "reports", cell_timeout_s=800)
     _, typed = resolve_parameters(spec)
