@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,28 @@ def test_cli_rejects_bad_overrides_naming_the_key(tmp_path):
     r = cli("rollout", "--params", "params/demo.yaml", "--tasks", "tasks/count-lines", "--out", str(tmp_path),
             "-p", "agent.max_stepz=2")
     assert r.returncode == 2 and "agent.max_stepz" in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_rollout_reads_the_pipeline_params_file(tmp_path):
+    """`mirl rollout --params params/demo.yaml` plays with the file's models, agent and sandbox sections,
+    overridden by -p; the run remembers them and refuses a resume with another policy setting."""
+    from mirl.sandbox import bwrap_backend
+    from tests.real import missing
+
+    if not bwrap_backend.available():
+        missing("bubblewrap or the base root filesystem")
+    out = tmp_path / "run"
+    args = ["rollout", "--params", "params/demo.yaml", "--tasks", "tasks/count-lines", "--seeds", "1",
+            "--sandbox", "bwrap", "--out", str(out), "--no-progress", "-p", "agent.max_steps=1",
+            "-p", "models.policy.max_tokens=16"]
+    r = cli(*args, timeout=280)
+    assert r.returncode == 0, r.stderr
+    [t] = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert t["models"]["policy"] == "local/smollm2" and len(t["steps"]) == 1
+    assert t["steps"][0]["output_tokens"] <= 16
+    stored = json.loads((out / "params.json").read_text())["fingerprint"]
+    assert stored["models.policy.max_tokens"] == 16 and stored["models.policy.temperature"] == 0.7
+    again = cli(*args[:-1], "models.policy.max_tokens=24", timeout=280)
+    assert again.returncode == 2 and "models.policy.max_tokens: 16 -> 24" in again.stderr
