@@ -4,17 +4,14 @@ real sandbox: exact, normalized (timestamps masked), and real divergences that n
 from __future__ import annotations
 
 import json
-import time
-from pathlib import Path
 
 import pytest
+from recorded_runs import recorded_run
 
 from mirl.params import make
 from mirl.prefixes.stage import load_prefixes, run_prefixes, sample_prefixes, starts_processes
 from mirl.records.error_step import ErrorStep
-from mirl.records.taxonomy import ErrorType, Label, Taxonomy, TaxonomyStore
-from mirl.records.trajectory import Step, Trajectory
-from mirl.runner.layout import RunDir
+from mirl.records.taxonomy import Label
 
 SCENARIOS = {
     "deterministic": ["echo hello", "printf 'a\\nb\\n' > f.txt", "cat f.txt"],
@@ -63,39 +60,11 @@ def bwrap():
         missing(f"the bwrap backend: {e}")
 
 
-def recorded_run(tmp_path: Path, sandbox, task_factory) -> tuple[Path, dict]:
-    """A run directory as profiling and taxonomy leave it: one environment per scenario, its commands run
-    once for real (the recording), an error step after them, labelled with the scenario's misbehavior."""
-    run = RunDir(tmp_path / "run")
-    trajectories, errors, labels, types, tasks = [], [], [], [], []
-    for name, commands in SCENARIOS.items():
-        task = task_factory(name)
-        tasks.append(task)
-        with sandbox.start(task) as s:
-            steps = []
-            for c in commands:
-                r = s.run(c, timeout=30)
-                steps.append(Step(reasoning="", command=c, output=r.output, exit_code=r.exit_code))
-                time.sleep(0.01)
-        trajectories.append(Trajectory(task=task.id, seed=0, models={}, steps=steps).to_dict())
-        e = ErrorStep(env=task.id, seed=0, step=len(steps), rejected_command="rm -rf /app", reason="r")
-        errors.append(e.to_dict())
-        labels.append(Label(e.id, [f"{name} misbehavior"]))
-        types.append(ErrorType(f"{name} misbehavior", "d", status="kept"))
-    prof = run.stage_dir("profiling")
-    prof.mkdir(parents=True)
-    (prof / "trajectories.jsonl").write_text("".join(json.dumps(t) + "\n" for t in trajectories))
-    (prof / "error_steps.jsonl").write_text("".join(json.dumps(e) + "\n" for e in errors))
-    (prof / "summary.json").write_text("{}")
-    TaxonomyStore(run.stage_dir("taxonomy")).save(Taxonomy(types=types), labels)
-    (run.stage_dir("taxonomy") / "summary.json").write_text("{}")
-    return run.root, {t.id: t for t in tasks}
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_rerun_check_modes_on_a_real_sandbox(tmp_path, bwrap, task_factory):
-    run, tasks = recorded_run(tmp_path, bwrap, task_factory)
+    run = tmp_path / "run"
+    tasks = recorded_run(run, bwrap, task_factory, SCENARIOS)
     params = make(prefixes={"per_misbehavior": 1, "heldout_per_misbehavior": 0, "snapshot": False})
     summary = run_prefixes(params, run, sandbox=bwrap, tasks=list(tasks.values()), progress=False)
     got = {p.env: p for p in load_prefixes(run)}

@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
+from recorded_runs import recorded_run
 
 from mirl.params import make
 from mirl.prefixes.stage import load_prefixes, run_prefixes
-from mirl.records.error_step import ErrorStep
-from mirl.records.taxonomy import ErrorType, Label, Taxonomy, TaxonomyStore
-from mirl.records.trajectory import Step, Trajectory
-from mirl.runner.layout import RunDir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -36,35 +32,8 @@ def sandbox(request):
     return request.getfixturevalue(f"{request.param}_sandbox")
 
 
-def recorded_run(root: Path, sandbox, task_factory) -> dict:
-    """A run directory as profiling and taxonomy leave it: one environment per scenario, its commands run
-    once for real (the recording), an error step after them, labelled with the scenario's misbehavior."""
-    run = RunDir(root)
-    trajectories, errors, labels, types, tasks = [], [], [], [], {}
-    for name, commands in SCENARIOS.items():
-        task = tasks[name] = task_factory(name)
-        with sandbox.start(task) as s:
-            steps = []
-            for c in commands:
-                r = s.run(c, timeout=30)
-                steps.append(Step(reasoning="", command=c, output=r.output, exit_code=r.exit_code))
-        trajectories.append(Trajectory(task=task.id, seed=0, models={}, steps=steps).to_dict())
-        e = ErrorStep(env=task.id, seed=0, step=len(steps), rejected_command="rm -rf /app", reason="r")
-        errors.append(e.to_dict())
-        labels.append(Label(e.id, [f"{name} misbehavior"]))
-        types.append(ErrorType(f"{name} misbehavior", "d", status="kept"))
-    prof = run.stage_dir("profiling")
-    prof.mkdir(parents=True)
-    (prof / "trajectories.jsonl").write_text("".join(json.dumps(t) + "\n" for t in trajectories))
-    (prof / "error_steps.jsonl").write_text("".join(json.dumps(e) + "\n" for e in errors))
-    (prof / "summary.json").write_text("{}")
-    TaxonomyStore(run.stage_dir("taxonomy")).save(Taxonomy(types=types), labels)
-    (run.stage_dir("taxonomy") / "summary.json").write_text("{}")
-    return tasks
-
-
 def test_snapshot_mode_keeps_reproduced_file_prefixes(tmp_path, sandbox, task_factory):
-    tasks = recorded_run(tmp_path / "run", sandbox, task_factory)
+    tasks = recorded_run(tmp_path / "run", sandbox, task_factory, SCENARIOS)
     recorded = {t["task"]: t for t in (json.loads(x) for x in
                                        (tmp_path / "run/profiling/trajectories.jsonl").read_text().splitlines())}
     assert recorded["snap-files"]["steps"][-1]["output"] == (
