@@ -8,6 +8,7 @@
     profiling:  stage 01's own settings                                 (`mirl.profiling.config.ProfilingParams`)
     taxonomy:   stage 02's own settings                                 (`mirl.taxonomy.config.TaxonomyParams`)
     prefixes:   stage 03's own settings                                 (`mirl.prefixes.config.PrefixParams`)
+    training:   stage 04's own settings                                 (`mirl.training.config.TrainingParams`)
 
 `mirl run` and `mirl rollout` read the same file. Overrides name their section:
 `-p profiling.max_tasks=3`, `-p models.policy.temperature=1.0`. An unknown section or key, a wrong
@@ -30,6 +31,7 @@ from mirl.prefixes.config import PrefixParams
 from mirl.profiling.config import ProfilingParams
 from mirl.sandbox.base import SandboxConfig
 from mirl.taxonomy.config import TaxonomyParams
+from mirl.training.config import TrainingParams
 
 SHARED = ("models", "sandbox", "agent")
 
@@ -44,6 +46,7 @@ class Params:
     profiling: ProfilingParams = field(default_factory=ProfilingParams, metadata={"help": "stage 01: error profiling"})
     taxonomy: TaxonomyParams = field(default_factory=TaxonomyParams, metadata={"help": "stage 02: error taxonomy"})
     prefixes: PrefixParams = field(default_factory=PrefixParams, metadata={"help": "stage 03: misbehavior prefixes"})
+    training: TrainingParams = field(default_factory=TrainingParams, metadata={"help": "stage 04: RL from misbehavior prefixes"})
 
 
 def sections() -> list[str]:

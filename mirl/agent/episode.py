@@ -103,12 +103,14 @@ def run_episode(
     seed: int = 0,
     hook: StepHook | None = None,
     prefix: list[Step] | None = None,
+    snapshot: str | None = None,
 ) -> Trajectory:
     """Play one episode of `task` and return its trajectory (never raises for model/sandbox failures).
 
     `sandbox` is a Sandbox (a fresh session is started and closed here) or an already started
     Session (closed here too). With `prefix`, its commands are re-run first and the agent continues
-    from the recorded outputs.
+    from the recorded outputs; with `snapshot` too, the session starts from that saved state of
+    the prefix instead and nothing is re-run.
     """
     config = config or AgentConfig()
     clock = _Clock()
@@ -122,14 +124,18 @@ def run_episode(
     session: Session | None = None
     try:
         t = time.perf_counter()
-        session = sandbox.start(task) if hasattr(sandbox, "start") else sandbox
+        if not hasattr(sandbox, "start"):
+            session = sandbox
+        else:
+            session = sandbox.start(task, snapshot=snapshot) if snapshot else sandbox.start(task)
         clock.add("sandbox_s", t)
         if prefix:
             t = time.perf_counter()
-            traj.steps, report = restore_prefix(session, list(prefix), timeout=config.command_timeout_s)
+            traj.steps, report = restore_prefix(session, list(prefix), timeout=config.command_timeout_s,
+                                                rerun=snapshot is None)
             clock.add("restore_s", t)
             traj.prefix_len = len(traj.steps)
-            traj.meta["restore"] = report.summary()
+            traj.meta["restore"] = {**report.summary(), "mode": "snapshot" if snapshot else "rerun"}
             if config.on_restore_mismatch == "discard" and not report.normalized:
                 traj.exit_reason = "discarded"
                 traj.meta["discard_reason"] = f"prefix did not reproduce at step {report.summary()['first_mismatch']}"

@@ -83,18 +83,21 @@ class RestoreReport:
 
 
 def restore_prefix(session: Session, prefix: list[Step], timeout: float | None = None,
-                   keep_output_chars: int = 2000) -> tuple[list[Step], RestoreReport]:
+                   keep_output_chars: int = 2000, rerun: bool = True) -> tuple[list[Step], RestoreReport]:
     """Re-run each prefix command; return the prefix as steps with source="prefix" and the report.
 
     The returned steps keep their *recorded* outputs (what the agent will be shown); what the
     re-run printed is stored in `meta["restore"]` when it differs. Sampled steps become context
-    (`tokens="context"`): their token ids are kept, their logprobs dropped.
+    (`tokens="context"`): their token ids are kept, their logprobs dropped. With `rerun=False`
+    the session already holds the prefix's state (started from its snapshot): nothing runs.
     """
     report = RestoreReport()
     restored: list[Step] = []
     for step in prefix:
         check: dict[str, Any]
-        if step.command is None:
+        if not rerun:
+            check = {"exact": True, "normalized": True, "ran": False, "snapshot": True}
+        elif step.command is None:
             check = {"exact": True, "normalized": True, "ran": False}
         else:
             res = session.run(step.command, timeout=timeout)

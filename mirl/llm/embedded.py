@@ -408,6 +408,25 @@ def converted_dir(gguf: Path) -> Path:
     return Path(user_cache_dir()) / "models" / f"{gguf.stem}-{st.st_size}-{st.st_mtime_ns}"
 
 
+def save_pretrained(model: Any, tokenizer: Any, directory: Path) -> None:
+    """Save a model (and its tokenizer) in Hugging Face format. A model loaded from a .gguf is
+    already dequantized; only its gguf quantization marker blocks saving, so it is lifted for it."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    quantizer, qconfig = getattr(model, "hf_quantizer", None), getattr(model.config, "quantization_config", None)
+    model.hf_quantizer = None
+    if qconfig is not None:
+        del model.config.quantization_config
+    try:
+        model.save_pretrained(directory)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(directory)
+    finally:
+        model.hf_quantizer = quantizer
+        if qconfig is not None:
+            model.config.quantization_config = qconfig
+
+
 def load_gguf(gguf: Path, **kwargs: Any) -> EmbeddedLM:
     """Load from the converted copy when there is one; otherwise convert and keep it (best effort).
     `kwargs` go to `EmbeddedLM` (e.g. prefill_bf16=False)."""
@@ -429,19 +448,7 @@ def load_gguf(gguf: Path, **kwargs: Any) -> EmbeddedLM:
         if shutil.disk_usage(done.parent).free < 10 * gguf.stat().st_size:  # float32 is ~6x a 4-bit gguf
             return lm
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=done.parent))
-        # the weights are already dequantized to float32; only the gguf marker blocks saving
-        model = lm.model
-        quantizer, qconfig = getattr(model, "hf_quantizer", None), getattr(model.config, "quantization_config", None)
-        model.hf_quantizer = None
-        if qconfig is not None:
-            del model.config.quantization_config
-        try:
-            model.save_pretrained(tmp)
-            lm.tokenizer.save_pretrained(tmp)
-        finally:
-            model.hf_quantizer = quantizer
-            if qconfig is not None:
-                model.config.quantization_config = qconfig
+        save_pretrained(lm.model, lm.tokenizer, tmp)
         os.rename(tmp, done)  # atomic: readers see all of it or nothing
         tmp = None
     except Exception:  # noqa: BLE001 - the copy only saves time (or another process made it first)

@@ -139,15 +139,9 @@ class PrefixStage(Stage):
     def tasks(self) -> dict[str, Any]:
         """The task pool profiling ran on (as its stored params say; else this run's params)."""
         if self._tasks is None:
-            import json
+            from mirl.profiling.stage import task_pool
 
-            from mirl.agent.rollout import RolloutConfig, load_tasks
-
-            pool = self.params.profiling.tasks
-            stored = self.run.params("profiling")
-            if stored.exists():
-                pool = (json.loads(stored.read_text()).get("params") or {}).get("profiling", {}).get("tasks", pool)
-            self._tasks = load_tasks(RolloutConfig(tasks=[t.strip() for t in pool.split(",") if t.strip()]))
+            self._tasks = task_pool(self.run, self.params.profiling.tasks)
         return {t.id: t for t in self._tasks}
 
     def trajectories(self) -> dict[tuple[str, int], Trajectory]:

@@ -175,6 +175,19 @@ def run_profiling(params: Params, run_dir: str | Path, tasks=None, sandbox=None,
                      force=force, progress=progress)
 
 
+def task_pool(run: RunDir, pool: str, prefer_stored: bool = True) -> list[Task]:
+    """The tasks of a comma-separated pool of task dirs; with `prefer_stored`, the pool the profiling
+    stage of `run` ran on, as its stored params say (later stages must see the same tasks)."""
+    import json
+
+    from mirl.agent.rollout import RolloutConfig, load_tasks
+
+    stored = run.params("profiling")
+    if prefer_stored and stored.exists():
+        pool = (json.loads(stored.read_text()).get("params") or {}).get("profiling", {}).get("tasks", pool)
+    return load_tasks(RolloutConfig(tasks=[t.strip() for t in pool.split(",") if t.strip()]))
+
+
 def error_rows(trajectories: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per flagged step, from finished trajectories (accepted corrections and discards)."""
     rows = []

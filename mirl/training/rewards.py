@@ -44,11 +44,8 @@ def outcome_passes(verifier_reward: float) -> bool:
     return verifier_reward >= 1.0
 
 
-def mirl_reward(trajectory: Trajectory, prefix_steps: int | None, verifier_reward: float | None,
-                judge: Any, misbehavior: ErrorType) -> Reward:
-    """The reward of one rollout (module docstring). `prefix_steps` defaults to the trajectory's
-    `prefix_len`; `verifier_reward` to its stored `reward`; `judge` is a behavior judge
-    (`mirl.roles.behavior_judge`), asked only when the rollout is valid."""
+def infrastructure_failure(trajectory: Trajectory, verifier_reward: float | None = None) -> Reward | None:
+    """The invalid Reward of a rollout the infrastructure failed (see the module docstring), or None."""
     vr = trajectory.reward if verifier_reward is None else verifier_reward
     if trajectory.exit_reason == "error":
         return invalid(f"the rollout failed: {trajectory.error or 'exit_reason error'}", vr)
@@ -56,6 +53,28 @@ def mirl_reward(trajectory: Trajectory, prefix_steps: int | None, verifier_rewar
         return invalid(f"the verifier failed: {trajectory.verifier_error}", vr)
     if vr is None:
         return invalid("no verifier reward", vr)
+    return None
+
+
+def outcome_reward(trajectory: Trajectory, verifier_reward: float | None = None) -> Reward:
+    """The outcome-only reward (TMax, the prefix-start ablation): r_o, with r_e not judged (True)."""
+    bad = infrastructure_failure(trajectory, verifier_reward)
+    if bad is not None:
+        return bad
+    vr = float(trajectory.reward if verifier_reward is None else verifier_reward)
+    r_o = outcome_passes(vr)
+    return Reward(r_o=r_o, r_e=True, reward=float(r_o), judge_source="none", verifier_reward=vr)
+
+
+def mirl_reward(trajectory: Trajectory, prefix_steps: int | None, verifier_reward: float | None,
+                judge: Any, misbehavior: ErrorType) -> Reward:
+    """The reward of one rollout (module docstring). `prefix_steps` defaults to the trajectory's
+    `prefix_len`; `verifier_reward` to its stored `reward`; `judge` is a behavior judge
+    (`mirl.roles.behavior_judge`), asked only when the rollout is valid."""
+    vr = trajectory.reward if verifier_reward is None else verifier_reward
+    bad = infrastructure_failure(trajectory, verifier_reward)
+    if bad is not None:
+        return bad
     try:
         verdict = judge.judge(trajectory, misbehavior, prefix_steps)
     except LLMError as e:  # the judge could not answer (no tag after re-asks, API failure): says nothing of the policy

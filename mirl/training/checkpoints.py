@@ -1,0 +1,101 @@
+"""Training checkpoints and their selection.
+
+    runs/<run>/training/checkpoints/step-000010/   config.json, model.safetensors, tokenizer files
+                                                   (Hugging Face format: `transformers` and the
+                                                   generators load it), optimizer.pt, state.json
+
+A checkpoint is written to a temporary directory and renamed into place, so a directory with a
+`state.json` is complete; anything else under `checkpoints/` is a torn write and is ignored (and
+removed on the next save). Selection follows the paper: the top N checkpoints by the training
+reward smoothed with a moving average, then the best of those on a validation task set.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+_NAME = re.compile(r"^step-(\d{6})$")
+
+
+def checkpoint_dir(root: Path, step: int) -> Path:
+    return Path(root) / f"step-{step:06d}"
+
+
+def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints under `root`, oldest first."""
+    out = []
+    for d in Path(root).glob("step-*") if Path(root).exists() else []:
+        m = _NAME.match(d.name)
+        if m and (d / "state.json").exists():
+            out.append((int(m.group(1)), d))
+    return sorted(out)
+
+
+def latest(root: Path) -> tuple[int, Path] | None:
+    found = list_checkpoints(root)
+    return found[-1] if found else None
+
+
+def save(root: Path, step: int, write: Callable[[Path], None], state: dict[str, Any]) -> Path:
+    """Write a checkpoint atomically: `write(tmp)` fills a temporary directory, then state.json,
+    then the rename."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    for torn in root.glob(".tmp-*"):
+        shutil.rmtree(torn, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    try:
+        write(tmp)
+        (tmp / "state.json").write_text(json.dumps({**state, "step": step}, indent=2, default=str))
+        final = checkpoint_dir(root, step)
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        return final
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    return json.loads((Path(path) / "state.json").read_text())
+
+
+def prune(root: Path, keep: int, protect: Sequence[int] = ()) -> list[int]:
+    """Remove all but the newest `keep` checkpoints (and those in `protect`); 0 keeps all."""
+    if keep <= 0:
+        return []
+    found = list_checkpoints(root)
+    removed = []
+    for step, d in found[:-keep]:
+        if step not in set(protect):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(step)
+    return removed
+
+
+def smoothed(values: Sequence[float], window: int) -> list[float]:
+    """Trailing moving average (the first points average what they have)."""
+    out, acc = [], []
+    for v in values:
+        acc.append(v)
+        if len(acc) > window:
+            acc.pop(0)
+        out.append(sum(acc) / len(acc))
+    return out
+
+
+def top_by_reward(metrics: Sequence[dict[str, Any]], checkpoint_steps: Sequence[int], top: int = 5,
+                  window: int = 10, key: str = "reward") -> list[dict[str, Any]]:
+    """The `top` checkpoints by smoothed training reward at their step: [{step, smoothed_reward}],
+    best first (ties: the later step)."""
+    rows = sorted((m for m in metrics if m.get(key) is not None), key=lambda m: m["step"])
+    curve = dict(zip((m["step"] for m in rows), smoothed([float(m[key]) for m in rows], max(1, window))))
+    scored = [{"step": s, "smoothed_reward": curve[s]} for s in checkpoint_steps if s in curve]
+    return sorted(scored, key=lambda r: (r["smoothed_reward"], r["step"]), reverse=True)[:top]

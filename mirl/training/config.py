@@ -1,0 +1,73 @@
+"""Parameters of the training stage (notebook 04, `mirl train`, section `training` of a params YAML).
+
+A recipe is two choices, where rollouts start and what they are rewarded for; the paper's
+baselines and ablations are those choices with everything else equal:
+
+    MiRL                        start: prefix   reward: mirl      (r_o AND r_e)
+    + prefix start (ablation)   start: prefix   reward: outcome
+    env selection only          start: env      reward: outcome   (step 0 of the prefixes' environments)
+    TMax-style                  start: random   reward: outcome   (step 0 of random task-pool environments)
+    RaR+                        start: random   reward: rubric    (w * r_o + (1 - w) * (rating - 1) / 9)
+    PivotRL                     start: pivot    reward: step match (one-step updates at reference steps)
+
+The policy, its sampling temperature and the judges are the shared `models` section; the agent's
+format is the shared `agent` section (its step limit is this section's `max_steps`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class TrainingParams:
+    """Flat on purpose: these are the literals of notebook 04's parameters cell."""
+
+    recipe: str = field(default="mirl", metadata={"help": "a name for this recipe in reports and checkpoints"})
+    start: Literal["prefix", "env", "random", "pivot"] = field(default="prefix", metadata={
+        "help": "prefix: groups start at kept misbehavior prefixes; env: at step 0 of those prefixes' environments; "
+                "random: at step 0 of random task-pool environments (TMax); pivot: one-step samples at steps of "
+                "reference trajectories (PivotRL)"})
+    reward: Literal["mirl", "outcome", "rubric"] = field(default="mirl", metadata={
+        "help": "mirl: tests pass AND the misbehavior avoided; outcome: tests pass; rubric: RaR+ "
+                "(ignored for start=pivot, which rewards matching the reference step)"})
+    steps: int = field(default=160, metadata={"help": "training steps (optimizer updates) (paper: 160)"})
+    batch_size: int = field(default=8, metadata={"help": "live groups (prefixes or environments) per step (paper: 8)"})
+    group_size: int = field(default=16, metadata={"help": "rollouts per group (paper: 16)"})
+    max_tries: int = field(default=32, metadata={
+        "help": "most groups drawn per step while dead groups (all rewards equal) are dropped and refilled"})
+    lr: float = field(default=1e-6, metadata={"help": "AdamW learning rate, constant (paper: 1e-6)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
+    loss: Literal["dppo", "clipped"] = field(default="dppo", metadata={
+        "help": "dppo: DPPO trust-region masking (paper); clipped: GRPO/DAPO clipped surrogate, to compare"})
+    delta: float = field(default=0.15, metadata={"help": "DPPO trust region on |pi - mu| (paper 0.15; TMax's code 0.1)"})
+    eps_low: float = field(default=0.2, metadata={"help": "clipped loss: lower clip range"})
+    eps_high: float = field(default=0.28, metadata={"help": "clipped loss: upper clip range (DAPO clip-higher)"})
+    kl_coef: float = field(default=0.0, metadata={"help": "KL penalty coefficient (paper: 0; only 0 is supported)"})
+    temperature: float = field(default=1.0, metadata={
+        "help": "policy sampling temperature during training (paper: 1.0); overrides models.policy.temperature here"})
+    max_steps: int = field(default=64, metadata={"help": "tool steps per rollout, counting the prefix (paper: 64)"})
+    judge: Literal["llm", "rules"] = field(default="llm", metadata={
+        "help": "behavior judge: the models.behavior_judge LLM, or offline the misbehavior's rule detector "
+                "(prefixes of misbehaviors without one are skipped)"})
+    judge_steps: int = field(default=5, metadata={"help": "policy steps after the prefix the behavior judge reads (paper: m = 5)"})
+    restore: Literal["auto", "rerun", "snapshot"] = field(default="auto", metadata={
+        "help": "how a prefix's sandbox state is made: snapshot when the prefix stage kept one (auto), else "
+                "re-running its commands"})
+    tasks: str = field(default="", metadata={
+        "help": "task pool for start=random (comma-separated dirs); empty: the profiling stage's pool"})
+    pivot_samples: int = field(default=8, metadata={"help": "PivotRL: actions sampled per pivot step (paper: 8)"})
+    pivot_judge: Literal["difflib", "llm"] = field(default="difflib", metadata={
+        "help": "PivotRL: step-equivalence judge, difflib ratio >= 0.95 offline or the models.step_judge LLM"})
+    micro_batch_tokens: int = field(default=4096, metadata={"help": "learner micro-batch size in tokens (sequences are packed)"})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward to save memory"})
+    device: str = field(default="", metadata={"help": "learner device (cpu, cuda); empty: cuda when available"})
+    checkpoint_every: int = field(default=10, metadata={"help": "save a checkpoint every K steps (and at the end)"})
+    keep_checkpoints: int = field(default=0, metadata={"help": "keep only the newest N checkpoints besides the selected ones; 0 = all"})
+    select_top: int = field(default=5, metadata={"help": "checkpoint selection: top N by smoothed training reward (paper: 5)"})
+    smoothing: int = field(default=10, metadata={"help": "checkpoint selection: moving-average window of the training reward"})
+    workers: int = field(default=16, metadata={"help": "rollouts played at once (the embedded engine decodes them as one batch)"})
+    seed: int = field(default=0, metadata={"help": "seed of prefix sampling and rollout seeds"})
+    budget_usd: float = field(default=0.0, metadata={"help": "stop cleanly once the stage's LLM spend reaches this; 0 = no cap"})

@@ -1,0 +1,259 @@
+"""The embedded learner: a torch copy of the policy that turns a batch of rollouts into one update.
+
+A batch is a list of `Example`s (the ids the sampler saw, the loss mask of the tokens it sampled
+after the prefix, their sampler logprobs) with one advantage each. `train_step` splits them into
+micro-batches of at most `micro_batch_tokens` tokens: padded rows of similar length, or, where the
+attention kernel separates sequences by their positions (flash-attention varlen on a GPU), one
+packed row with positions restarting per sequence; either way no sequence attends to another
+(both checked against one forward per sequence in the tests). The loss is the token-level mean over the whole
+batch: each micro-batch's token sum is divided by the batch's count of loss tokens, and gradients
+are accumulated before one optimizer step, so micro-batching does not change the update.
+
+Only the positions that carry loss go through the LM head: the hidden states are gathered there
+first, which keeps the logits tensor at [loss tokens, vocab] instead of [all tokens, vocab].
+The learner's log-probability of a sampled token is `log_softmax(logits / T)` in float32 at the
+sampling temperature T, exactly what the sampler stored (`mirl.llm.generator`), so at identical
+weights the two agree up to kernel rounding; the step stats report that mismatch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mirl.training.loss import clipped_loss, dppo_loss
+
+
+@dataclass
+class Example:
+    """One training sequence: ids, loss mask (1 on trained tokens) and the sampler's logprobs (0 elsewhere)."""
+
+    ids: list[int]
+    mask: list[int]
+    logprobs: list[float]
+
+    def __post_init__(self):
+        if not (len(self.ids) == len(self.mask) == len(self.logprobs)):
+            raise ValueError(f"example: {len(self.ids)} ids, {len(self.mask)} mask entries, {len(self.logprobs)} logprobs")
+
+    @property
+    def loss_tokens(self) -> int:
+        return sum(1 for m in self.mask if m)
+
+
+def pack(examples: Sequence[Example], max_tokens: int, padded: bool = True) -> list[list[int]]:
+    """Indices of `examples` grouped into micro-batches of at most `max_tokens` tokens, by decreasing
+    length. `padded`: a micro-batch costs rows x its longest sequence (rows of similar length go
+    together); otherwise the sum of lengths (packed into one row). A sequence longer than
+    `max_tokens` gets a micro-batch of its own."""
+    order = sorted(range(len(examples)), key=lambda i: -len(examples[i].ids))
+    bins: list[list[int]] = []
+    for i in order:
+        n = len(examples[i].ids)
+        if bins:
+            b = bins[-1]
+            longest = len(examples[b[0]].ids)
+            cost = longest * (len(b) + 1) if padded else sum(len(examples[j].ids) for j in b) + n
+            if cost <= max_tokens:
+                b.append(i)
+                continue
+        bins.append([i])
+    return bins
+
+
+def _targets(examples: Sequence[Example]) -> tuple[list[list[int]], list[list[int]], list[list[float]]]:
+    """Per example: position t's target (the next id), its loss mask and sampler logprob; the last
+    position predicts nothing."""
+    return ([ex.ids[1:] + [0] for ex in examples], [ex.mask[1:] + [0] for ex in examples],
+            [ex.logprobs[1:] + [0.0] for ex in examples])
+
+
+def batch_inputs(examples: Sequence[Example], device: Any, packed: bool = False) -> dict[str, torch.Tensor]:
+    """The model inputs of one micro-batch, and per position its target, loss mask, sampler logprob
+    and sequence index.
+
+    Padded (the default): one row per sequence, right-padded, with a padding attention mask, so each
+    sequence attends only to itself. Packed: one row of sequences back to back with positions that
+    restart per sequence and a block-diagonal causal mask [1, 1, L, L], so no sequence attends to
+    another; flash-attention kernels take the same boundaries from the positions alone (varlen)."""
+    targets, masks, mus = _targets(examples)
+    if packed:
+        ids = [t for ex in examples for t in ex.ids]
+        seg = torch.tensor([s for s, ex in enumerate(examples) for _ in ex.ids], device=device)
+        pos = torch.tensor([[p for ex in examples for p in range(len(ex.ids))]], device=device)
+        causal = torch.ones(len(ids), len(ids), dtype=torch.bool, device=device).tril()
+        attend = (causal & (seg[:, None] == seg[None, :]))[None, None]
+        flat = {"target": [t for x in targets for t in x], "mask": [m for x in masks for m in x],
+                "mu": [m for x in mus for m in x]}
+        inputs = {"input_ids": torch.tensor([ids], device=device), "position_ids": pos, "attention_mask": attend}
+    else:
+        width = max(len(ex.ids) for ex in examples)
+        pad = [width - len(ex.ids) for ex in examples]
+        inputs = {"input_ids": torch.tensor([ex.ids + [0] * p for ex, p in zip(examples, pad)], device=device),
+                  "attention_mask": torch.tensor([[1] * len(ex.ids) + [0] * p for ex, p in zip(examples, pad)],
+                                                 device=device)}
+        seg = torch.tensor([s for s, p in enumerate(pad) for _ in range(width)], device=device)
+        flat = {"target": [t for x, p in zip(targets, pad) for t in x + [0] * p],
+                "mask": [m for x, p in zip(masks, pad) for m in x + [0] * p],
+                "mu": [m for x, p in zip(mus, pad) for m in x + [0.0] * p]}
+    inputs.update(target=torch.tensor(flat["target"], device=device),
+                  loss_mask=torch.tensor(flat["mask"], device=device, dtype=torch.bool),
+                  sampler_logprobs=torch.tensor(flat["mu"], device=device, dtype=torch.float32), segment=seg)
+    return inputs
+
+
+def token_logprobs(model: Any, inputs: dict[str, torch.Tensor], temperature: float = 1.0
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logprob, entropy) of each loss-mask target under `model`, in float32, from a forward pass
+    over the micro-batch with the LM head applied only at those positions."""
+    body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    kw = {k: inputs[k] for k in ("input_ids", "attention_mask", "position_ids") if k in inputs}
+    hidden = body(**kw, use_cache=False).last_hidden_state
+    h = hidden.reshape(-1, hidden.shape[-1])[inputs["loss_mask"]]
+    logits = model.get_output_embeddings()(h).float()
+    if temperature > 0:
+        logits = logits / temperature
+    logz = torch.logsumexp(logits, dim=-1)
+    lp = logits.gather(-1, inputs["target"][inputs["loss_mask"]].view(-1, 1)).squeeze(-1) - logz
+    with torch.no_grad():
+        p = torch.softmax(logits, dim=-1)
+        entropy = logz - (p * logits).sum(-1)
+    return lp, entropy
+
+
+def packs_natively(model: Any) -> bool:
+    """Whether the model's attention separates packed sequences by their positions (flash varlen):
+    then packing saves the padding; otherwise padded rows are cheaper than an L x L mask."""
+    return str(getattr(model.config, "_attn_implementation", "")).startswith("flash")
+
+
+@dataclass
+class LearnerConfig:
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    max_grad_norm: float = 1.0
+    loss: str = "dppo"  # "dppo" | "clipped"
+    delta: float = 0.15
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    temperature: float = 1.0
+    micro_batch_tokens: int = 4096
+    gradient_checkpointing: bool = False
+
+
+class Learner:
+    """A trainable policy with AdamW; `train_step` is one optimizer step over one batch."""
+
+    def __init__(self, model: Any, config: LearnerConfig | None = None):
+        self.config = config or LearnerConfig()
+        if self.config.loss not in ("dppo", "clipped"):
+            raise ValueError(f"learner: loss must be 'dppo' or 'clipped', got {self.config.loss!r}")
+        self.model = model
+        self.device = next(model.parameters()).device
+        model.train()
+        if self.config.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
+            model.gradient_checkpointing_enable()
+        for p in model.parameters():
+            p.requires_grad_(True)
+        c = self.config
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr, betas=c.betas, weight_decay=c.weight_decay)
+        self.steps = 0
+
+    def _autocast(self):
+        """bf16 autocast on a GPU (weights and optimizer stay float32); nothing on a CPU."""
+        import contextlib
+
+        if self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _loss(self, lp, mu, adv, mask):
+        c = self.config
+        lp, mu, adv, mask = lp[None], mu[None], adv[None], mask[None]
+        if c.loss == "dppo":
+            return dppo_loss(lp, mu, adv, mask, delta=c.delta)
+        return clipped_loss(lp, mu, adv, mask, eps_low=c.eps_low, eps_high=c.eps_high)
+
+    def train_step(self, examples: Sequence[Example], advantages: Sequence[float]) -> dict[str, float]:
+        """One update: the batch's token-mean policy loss, gradients accumulated over micro-batches,
+        clipped to `max_grad_norm`, one AdamW step. Returns the step's stats."""
+        if len(examples) != len(advantages):
+            raise ValueError(f"train_step: {len(examples)} examples but {len(advantages)} advantages")
+        c = self.config
+        t0 = time.perf_counter()
+        total = sum(ex.loss_tokens for ex in examples)
+        stats: dict[str, float] = {"sequences": len(examples), "loss_tokens": total,
+                                   "tokens": sum(len(ex.ids) for ex in examples)}
+        if total == 0:
+            return {**stats, "skipped": 1, "learner_s": round(time.perf_counter() - t0, 4)}
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        sums = {"loss": 0.0, "masked": 0.0, "abs_diff": 0.0, "diff": 0.0, "entropy": 0.0, "prob_gap": 0.0}
+        packed = packs_natively(self.model)
+        micro = pack(examples, c.micro_batch_tokens, padded=not packed)
+        for idx in micro:
+            batch = [examples[i] for i in idx]
+            n = sum(ex.loss_tokens for ex in batch)
+            if n == 0:
+                continue
+            inputs = batch_inputs(batch, self.device, packed=packed)
+            with self._autocast():
+                lp, entropy = token_logprobs(self.model, inputs, c.temperature)
+            sel = inputs["loss_mask"]
+            mu = inputs["sampler_logprobs"][sel]
+            adv = torch.tensor([advantages[i] for i in idx], device=self.device, dtype=torch.float32)[inputs["segment"][sel]]
+            loss, s = self._loss(lp, mu, adv, torch.ones_like(lp, dtype=torch.bool))
+            (loss * (n / total)).backward()
+            sums["loss"] += float(loss.detach()) * n
+            sums["masked"] += s.get("masked_share", s.get("clipped_share", 0.0)) * n
+            sums["abs_diff"] += s["logprob_abs_diff_mean"] * n
+            sums["diff"] += s["logprob_diff_mean"] * n
+            sums["prob_gap"] += s["prob_abs_diff_mean"] * n
+            sums["entropy"] += float(entropy.sum())
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.steps += 1
+        seconds = time.perf_counter() - t0
+        stats.update(loss=sums["loss"] / total, masked_share=sums["masked"] / total,
+                     logprob_abs_diff=sums["abs_diff"] / total, logprob_diff=sums["diff"] / total,
+                     prob_abs_diff=sums["prob_gap"] / total, entropy=sums["entropy"] / total,
+                     grad_norm=float(grad_norm) if math.isfinite(float(grad_norm)) else float("nan"),
+                     micro_batches=len(micro), learner_s=round(seconds, 4),
+                     learner_tokens_per_s=round(stats["tokens"] / seconds, 1) if seconds > 0 else 0.0)
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v.detach() for k, v in self.model.state_dict().items()}
+
+    def save(self, directory: Any, tokenizer: Any = None) -> None:
+        """Weights in Hugging Face format (loadable by `transformers` and the generators) plus the
+        optimizer state for resuming."""
+        from pathlib import Path
+
+        from mirl.llm.embedded import save_pretrained
+
+        d = Path(directory)
+        save_pretrained(self.model, tokenizer, d)
+        torch.save({"optimizer": self.optimizer.state_dict(), "steps": self.steps}, d / "optimizer.pt")
+
+    def load(self, directory: Any) -> None:
+        """Weights and optimizer state from a checkpoint written by `save`."""
+        from pathlib import Path
+
+        from mirl.llm.embedded import _load_state
+
+        d = Path(directory)
+        state = _load_state(d)
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if unexpected:
+            raise KeyError(f"{d}: weights not in the policy: {sorted(unexpected)[:5]}")
+        opt = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=False)
+        self.optimizer.load_state_dict(opt["optimizer"])
+        self.steps = int(opt["steps"])

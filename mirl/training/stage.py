@@ -1,0 +1,429 @@
+"""The training stage: RL from misbehavior prefixes (or the baselines' starts), resumable by checkpoint.
+
+Each step draws groups (`mirl.training.rollouts`), plays and rewards their G rollouts, drops dead
+groups (all rewards equal) and draws fresh ones until `batch_size` live groups are in or
+`max_tries` groups were tried, turns the live rollouts into token-level examples (the stored ids;
+loss only on the policy's post-prefix samples), takes one learner step and hands the new weights
+to the generator. Written under `runs/<run>/training/`:
+
+    metrics.jsonl     one row per step: reward, r_o and r_e rates, dead-group share, masked-token
+                      share, learner/sampler log-prob mismatch, loss, entropy, tokens, the time
+                      split (rollout, reward, learner, weight sync) and the judge spend
+    rollouts.jsonl    every rollout tried, with its step, group, reward, advantage and trajectory
+    checkpoints/      step-NNNNNN every `checkpoint_every` steps and at the end (Hugging Face format)
+    selection.json    the paper's checkpoint selection: top N by smoothed training reward
+    params.json, summary.json   as every stage
+
+A killed run restarts from its last checkpoint: rows of later steps are removed from both logs, the
+weights and optimizer state are loaded, and the step count and the sequence of drawn groups go on
+from there. Different params are refused (`mirl.runner.fingerprint`).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mirl.jsonl import JsonlWriter, read_jsonl
+from mirl.llm.errors import BudgetExceeded
+from mirl.runner.fingerprint import check_or_store
+from mirl.runner.layout import atomic_write_json, atomic_write_jsonl
+from mirl.runner.stage import Stage, StageError, check_inputs, ledger_summary
+from mirl.training import checkpoints as ckpt
+from mirl.training.advantages import Group, batch_advantages, is_dead
+from mirl.training.learner import Example, Learner, LearnerConfig
+from mirl.training.rollouts import GroupPlayer, Start, Starts, env_starts, prefix_starts, with_limits
+from mirl.training.sequences import NoTokenIds, training_example
+
+if TYPE_CHECKING:
+    from mirl.params import Params
+
+log = logging.getLogger(__name__)
+STAGE = "training"
+METRICS, ROLLOUTS, SELECTION, CHECKPOINTS = "metrics.jsonl", "rollouts.jsonl", "selection.json", "checkpoints"
+
+
+class TrainingStage(Stage):
+    name = STAGE
+    records = METRICS
+    derived = (ROLLOUTS, SELECTION, CHECKPOINTS)
+
+    def __init__(self, params: Params, run_dir, sandbox=None, tasks=None):
+        super().__init__(params, run_dir)
+        self._sandbox, self._tasks = sandbox, tasks
+        self.validate()
+
+    @property
+    def reads(self) -> tuple[str, ...]:  # type: ignore[override]
+        t = self.params.training
+        return ("profiling",) if t.start in ("random", "pivot") else ("profiling", "taxonomy", "prefixes")
+
+    def validate(self) -> None:
+        t = self.params.training
+        problems = []
+        if t.reward == "mirl" and t.start != "prefix" and t.start != "pivot":
+            problems.append(f"reward mirl needs start prefix (a misbehavior to avoid), got start {t.start!r}")
+        if t.kl_coef != 0:
+            problems.append("kl_coef: only 0 is supported (the paper trains without a KL term)")
+        for name in ("steps", "batch_size", "group_size", "max_tries", "max_steps", "checkpoint_every",
+                     "micro_batch_tokens", "workers"):
+            if getattr(t, name) < 1:
+                problems.append(f"{name} must be at least 1, got {getattr(t, name)}")
+        if t.max_tries < t.batch_size:
+            problems.append(f"max_tries ({t.max_tries}) must be at least batch_size ({t.batch_size})")
+        if t.group_size < 2 and t.start != "pivot":
+            problems.append("group_size must be at least 2: a group of one has no advantage")
+        if problems:
+            raise StageError("training params: " + "; ".join(problems))
+
+    # --- what the run depends on ---------------------------------------------------------------
+
+    def llm_config(self):
+        from mirl.runner.stage import stage_budgets
+
+        cfg = copy.deepcopy(self.params.models)
+        cfg.policy.temperature = self.params.training.temperature
+        cfg.stage_budget_usd = stage_budgets(self.params)
+        return cfg
+
+    def fingerprint(self) -> dict[str, Any]:
+        from mirl.agent.rollout import role_fingerprint, sandbox_fingerprint
+
+        t = asdict(self.params.training)
+        for k in ("workers", "budget_usd", "keep_checkpoints", "select_top", "smoothing", "device"):
+            t.pop(k)
+        llm = self.llm_config()
+        roles = {"policy": role_fingerprint(llm, "policy")}
+        if t["reward"] == "mirl" and t["judge"] == "llm":
+            roles["behavior_judge"] = role_fingerprint(llm, "behavior_judge")
+        return {"training": t, "models": roles, "agent": asdict(self.params.agent),
+                "sandbox": sandbox_fingerprint(self.params.sandbox)}
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.out / CHECKPOINTS
+
+    # --- inputs ----------------------------------------------------------------------------------
+
+    def tasks(self) -> dict[str, Any]:
+        if self._tasks is None:
+            from mirl.profiling.stage import task_pool
+
+            self._tasks = task_pool(self.run, self.params.training.tasks or self.params.profiling.tasks,
+                                    prefer_stored=not self.params.training.tasks)
+        return {t.id: t for t in self._tasks}
+
+    def trajectories(self):
+        from mirl.records.trajectory import Trajectory
+
+        rows, _ = read_jsonl(self.run.file("profiling", "trajectories.jsonl"))
+        return {(r["task"], r["seed"]): Trajectory.from_dict(r) for r in rows}
+
+    def misbehaviors(self):
+        from mirl.records.taxonomy import TaxonomyStore
+
+        store = TaxonomyStore(self.run.stage_dir("taxonomy"))
+        version = self.params.prefixes.taxonomy_version or store.latest()
+        return {t.name: t for t in store.load(version).types}
+
+    def starts(self, misbehaviors) -> tuple[list[Start], dict[str, int]]:
+        """The pool of starts and what was left out of it (and why)."""
+        from mirl.prefixes.stage import TRAIN, load_prefixes
+        from mirl.roles.behavior_judge import rule_detector_of
+
+        t = self.params.training
+        if t.start == "random":
+            return env_starts(list(self.tasks())), {}
+        prefixes = load_prefixes(self.run.root, TRAIN)
+        tasks = self.tasks()
+        skipped: dict[str, int] = {}
+
+        def keep(p) -> bool:
+            why = None
+            if p.env not in tasks:
+                why = "environment not in the task pool"
+            elif t.reward == "mirl" and p.misbehavior not in misbehaviors:
+                why = "misbehavior not in the taxonomy"
+            elif t.reward == "mirl" and t.judge == "rules" and rule_detector_of(misbehaviors[p.misbehavior]) is None:
+                why = "no rule detector for its misbehavior (judge: rules)"
+            if why:
+                skipped[why] = skipped.get(why, 0) + 1
+            return why is None
+
+        pool = prefix_starts(prefixes, keep)
+        if t.start == "env":
+            return env_starts([s.env for s in pool]), skipped
+        return pool, skipped
+
+    def player(self, client, misbehaviors) -> GroupPlayer:
+        from mirl.roles.behavior_judge import example_texts, judge_for
+
+        t = self.params.training
+        judges = None
+        if t.reward == "mirl":
+            examples = None
+            if t.judge == "llm":
+                from mirl.records.loaders import load_error_steps
+
+                examples = example_texts(load_error_steps(self.run))
+            cache: dict[str, Any] = {}
+
+            def judges(name: str):
+                if name not in cache:
+                    cache[name] = judge_for(misbehaviors[name], client=client if t.judge == "llm" else None,
+                                            m=t.judge_steps, examples=examples, prefer=t.judge)
+                return cache[name]
+        return GroupPlayer(tasks=self.tasks(), trajectories=self.trajectories() if t.start == "prefix" else {},
+                           sandbox=self.sandbox(), policy=client.model("policy"),
+                           agent=with_limits(self.params.agent, t.max_steps), reward=t.reward, judges=judges,
+                           misbehaviors=misbehaviors, restore=t.restore, workers=t.workers)
+
+    def sandbox(self):
+        if self._sandbox is None:
+            from mirl.sandbox.select import make_sandbox
+
+            self._sandbox = make_sandbox(self.params.sandbox)
+        return self._sandbox
+
+
+def policy_engine(client) -> Any:
+    """The in-process engine behind the policy role, which the learner's weights are handed to."""
+    generator = client.generator("policy")
+    if generator is None:
+        raise StageError(f"training needs a token-level policy in this process (models.policy.model local/...), "
+                         f"got {client.config.policy.model!r}: a remote API returns text, not token ids")
+    return generator.engine
+
+
+def make_learner(engine: Any, t) -> Learner:
+    import torch
+
+    device = t.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = copy.deepcopy(engine.model).to(device=device, dtype=torch.float32)
+    config = LearnerConfig(lr=t.lr, weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm, loss=t.loss,
+                           delta=t.delta, eps_low=t.eps_low, eps_high=t.eps_high, temperature=t.temperature,
+                           micro_batch_tokens=t.micro_batch_tokens, gradient_checkpointing=t.gradient_checkpointing)
+    return Learner(model, config)
+
+
+# --- resume -------------------------------------------------------------------------------------
+
+
+def truncate_after(path: Path, step: int) -> int:
+    """Drop the rows of steps after `step` (a kill's leftovers); returns how many went."""
+    if not path.exists():
+        return 0
+    rows, _ = read_jsonl(path)
+    keep = [r for r in rows if int(r.get("step", 0)) <= step]
+    if len(keep) != len(rows) or path.stat().st_size and not rows:
+        atomic_write_jsonl(path, keep)
+    return len(rows) - len(keep)
+
+
+def resume_point(stage: TrainingStage, learner: Learner, engine: Any) -> tuple[int, int]:
+    """(steps done, groups drawn) from the last checkpoint, its weights loaded; (0, 0) without one."""
+    found = ckpt.latest(stage.checkpoints)
+    step, draws = 0, 0
+    if found is not None:
+        step, path = found
+        state = ckpt.read_state(path)
+        learner.load(path)
+        engine.update_weights(learner.state_dict())
+        draws = int(state["draws"])
+        log.info("training: resuming after step %d from %s", step, path)
+    for name in (METRICS, ROLLOUTS):
+        gone = truncate_after(stage.out / name, step)
+        if gone:
+            log.info("training: removed %d row(s) of %s past the checkpoint", gone, name)
+    return step, draws
+
+
+# --- one step -----------------------------------------------------------------------------------
+
+
+def collect(player: GroupPlayer, starts: Starts, draws: int, t) -> tuple[list[Group], list[tuple[int, Group]], int]:
+    """Live groups for one step, drawn in waves: each wave draws as many groups as are still
+    missing, plays them at once, and keeps the live ones. Returns (live, all tried with their draw
+    index, groups drawn so far)."""
+    live: list[Group] = []
+    tried: list[tuple[int, Group]] = []
+    while len(live) < t.batch_size and len(tried) < t.max_tries:
+        k = min(t.batch_size - len(live), t.max_tries - len(tried))
+        wave = [(draws + i, starts[draws + i]) for i in range(k)]
+        draws += k
+        groups = player.play_many([(d, s) for d, s in wave], t.group_size, t.seed)
+        for (d, _), g in zip(wave, groups):
+            tried.append((d, g))
+            if not is_dead(g):
+                live.append(g)
+    return live, tried, draws
+
+
+def examples_of(groups: list[Group]) -> tuple[list[Example], list[float], dict[int, tuple[float, bool]]]:
+    """The learner's batch from live groups: one example per valid rollout, with its advantage."""
+    advantages, train = batch_advantages(groups)
+    out, adv, per = [], [], {}
+    rollouts = [r for g in groups for r in g.rollouts]
+    for r, a, ok in zip(rollouts, advantages, train):
+        per[id(r)] = (a, ok)
+        if not ok:
+            continue
+        try:
+            ids, mask, lps = training_example(r.trajectory)
+        except NoTokenIds as e:
+            raise StageError(f"rollout {r.start} sample {r.sample}: {e}") from e
+        out.append(Example(ids, mask, lps))
+        adv.append(a)
+    return out, adv, per
+
+
+def step_metrics(step: int, live: list[Group], tried: list[tuple[int, Group]], learn: dict[str, Any],
+                 seconds: dict[str, float], judge_usd: float) -> dict[str, Any]:
+    all_rollouts = [r for _, g in tried for r in g.rollouts]
+    valid = [r for r in all_rollouts if r.reward.valid]
+    live_valid = [r for g in live for r in g.rollouts if r.reward.valid]
+
+    def rate(rs, f):
+        return round(sum(f(r) for r in rs) / len(rs), 4) if rs else None
+
+    traj_steps = [len(r.trajectory.steps) - r.trajectory.prefix_len for r in all_rollouts]
+    policy_out = sum(r.trajectory.meta.get("usage", {}).get("output_tokens", 0) for r in all_rollouts)
+    policy_in = sum(r.trajectory.meta.get("usage", {}).get("input_tokens", 0) for r in all_rollouts)
+    row = {"step": step, "reward": rate(valid, lambda r: r.reward.reward),
+           "reward_live": rate(live_valid, lambda r: r.reward.reward),
+           "r_o": rate(valid, lambda r: r.reward.r_o), "r_e": rate(valid, lambda r: r.reward.r_e),
+           "groups_live": len(live), "groups_tried": len(tried),
+           "dead_share": round(1 - len(live) / len(tried), 4) if tried else None,
+           "rollouts": len(all_rollouts), "invalid": len(all_rollouts) - len(valid),
+           "policy_steps_mean": round(sum(traj_steps) / len(traj_steps), 3) if traj_steps else None,
+           "policy_input_tokens": policy_in, "policy_output_tokens": policy_out,
+           "judge_usd": round(judge_usd, 6), **{k: round(v, 4) for k, v in seconds.items()}}
+    for k, v in learn.items():
+        row[k] = round(v, 6) if isinstance(v, float) else v
+    return row
+
+
+# --- the loop -----------------------------------------------------------------------------------
+
+
+def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, force: bool = False,
+                 progress: bool = True, on_step=None) -> dict[str, Any]:
+    """Train until `training.steps` steps are done (or the budget stops it); returns the summary.
+
+    `on_step(row)` is called with each step's metrics row (the notebook plots from it)."""
+    from tqdm.auto import tqdm
+
+    from mirl.llm.client import LLMClient
+    from mirl.llm.ledger import open_ledger
+
+    stage = TrainingStage(params, run_dir, sandbox=sandbox, tasks=tasks)
+    run, t = stage.run, params.training
+    t0 = time.time()
+    if force:
+        run.clear_stage(stage.dir_name, [METRICS, ROLLOUTS, SELECTION, CHECKPOINTS])
+    stage.out.mkdir(parents=True, exist_ok=True)
+    fingerprint = dict(stage.fingerprint())
+    inputs = check_inputs(stage)
+    if inputs:
+        fingerprint["inputs"] = inputs
+    has_outputs = (stage.out / METRICS).exists() or ckpt.latest(stage.checkpoints) is not None
+    digest = check_or_store(run.params(STAGE), fingerprint, run=run.name, stage=STAGE, has_outputs=has_outputs,
+                            params=asdict(params))
+    misbehaviors = stage.misbehaviors() if t.start == "prefix" else {}
+    pool, skipped = stage.starts(misbehaviors)
+    if skipped:
+        log.warning("training: %s", "; ".join(f"{n} start(s) left out: {why}" for why, n in skipped.items()))
+    starts = Starts(pool, t.seed)
+    client = LLMClient(stage.llm_config(), run_dir=run.root, stage=STAGE)
+    engine = policy_engine(client)
+    learner = make_learner(engine, t)
+    done, draws = resume_point(stage, learner, engine)
+    player = stage.player(client, misbehaviors)
+    ledger = open_ledger(run.root)
+    stopped = None
+    bar = tqdm(total=t.steps, initial=done, disable=not progress, desc=STAGE, unit="step")
+    try:
+        with JsonlWriter(stage.out / METRICS) as metrics, JsonlWriter(stage.out / ROLLOUTS) as rollouts:
+            for step in range(done + 1, t.steps + 1):
+                if t.budget_usd > 0 and ledger.spent(STAGE) >= t.budget_usd:
+                    stopped = f"budget: stage training spent ${ledger.spent(STAGE):.4f} of ${t.budget_usd:.4f}"
+                    break
+                spent0 = ledger.spent(STAGE)
+                ts = time.perf_counter()
+                try:
+                    live, tried, draws = collect(player, starts, draws, t)
+                except BudgetExceeded as e:
+                    stopped = f"BudgetExceeded: {e}"
+                    break
+                seconds = {"collect_s": time.perf_counter() - ts}
+                rs = [r for _, g in tried for r in g.rollouts]
+                seconds["rollout_s"] = sum(r.seconds["rollout_s"] for r in rs)
+                seconds["reward_s"] = sum(r.seconds["reward_s"] for r in rs)
+                examples, advantages, per = examples_of(live)
+                learn = learner.train_step(examples, advantages) if examples else {"skipped": 1}
+                tl = time.perf_counter()
+                if examples:
+                    engine.update_weights(learner.state_dict())
+                seconds["sync_s"] = time.perf_counter() - tl
+                seconds["step_s"] = time.perf_counter() - ts
+                live_ids = {id(g) for g in live}
+                for d, g in tried:
+                    for r in g.rollouts:
+                        a, ok = per.get(id(r), (0.0, False))
+                        rollouts.append({"step": step, "draw": d, "live": id(g) in live_ids, "advantage": a,
+                                         "trained": ok, **r.to_dict()})
+                row = step_metrics(step, live, tried, learn, seconds, ledger.spent(STAGE) - spent0)
+                row["draws"] = draws
+                metrics.append(row)
+                if step % t.checkpoint_every == 0 or step == t.steps:
+                    save_checkpoint(stage, learner, engine, step, draws, digest)
+                bar.update(1)
+                bar.set_postfix({"reward": row["reward"], "dead": row["dead_share"], "loss": row.get("loss")},
+                                refresh=False)
+                if on_step is not None:
+                    on_step(row)
+    finally:
+        bar.close()
+    return finalize(stage, digest, stopped, skipped, len(pool), time.time() - t0)
+
+
+def save_checkpoint(stage: TrainingStage, learner: Learner, engine: Any, step: int, draws: int, digest: str) -> Path:
+    t = stage.params.training
+    path = ckpt.save(stage.checkpoints, step, lambda d: learner.save(d, engine.tokenizer),
+                     {"draws": draws, "recipe": t.recipe, "digest": digest, "time": time.time()})
+    ckpt.prune(stage.checkpoints, t.keep_checkpoints)
+    return path
+
+
+def finalize(stage: TrainingStage, digest: str, stopped: str | None, skipped: dict[str, int], starts: int,
+             elapsed: float) -> dict[str, Any]:
+    t = stage.params.training
+    rows, _ = read_jsonl(stage.out / METRICS)
+    saved = [s for s, _ in ckpt.list_checkpoints(stage.checkpoints)]
+    selection = {"top": ckpt.top_by_reward(rows, saved, t.select_top, t.smoothing), "window": t.smoothing,
+                 "checkpoints": saved}
+    atomic_write_json(stage.out / SELECTION, selection)
+    done = max((int(r["step"]) for r in rows), default=0)
+    summary = {"stage": STAGE, "run": stage.run.name, "digest": digest, "recipe": t.recipe, "steps": t.steps,
+               "done": done, "complete": done >= t.steps and stopped is None, "stopped": stopped,
+               "starts": starts, "starts_left_out": skipped, "checkpoints": saved,
+               "selected": selection["top"][0]["step"] if selection["top"] else None,
+               "rollouts": sum(int(r.get("rollouts", 0)) for r in rows),
+               "mean_dead_share": round(sum(r["dead_share"] or 0 for r in rows) / len(rows), 4) if rows else None,
+               "elapsed_s": round(elapsed, 3), "llm": ledger_summary(stage.run, STAGE)}
+    atomic_write_json(stage.run.summary(STAGE), summary)
+    return summary
+
+
+def load_metrics(run_dir: str | Path):
+    """The metrics of a training run as a DataFrame (one row per step)."""
+    import pandas as pd
+
+    from mirl.runner.layout import RunDir
+
+    rows, _ = read_jsonl(RunDir(run_dir).file(STAGE, METRICS))
+    return pd.DataFrame(rows)
