@@ -59,9 +59,10 @@ def test_judges_are_paired_on_the_same_continuations_per_misbehavior():
     data = (judged("llm-a", "loop", items(a)) + judged("llm-b", "loop", items(b))
             + judged("rules", "loop", items(rule))
             + judged("llm-a", "ignore-error", items([True, False, True, False]))
-            + judged("llm-b", "ignore-error", items([True, False, False, False])))
+            + judged("llm-b", "ignore-error", items([True, False, False, False]))
+            + judged("rules", "ignore-error", {("Q9", 0): True}))
     table = judge_agreement(data).set_index(["misbehavior", "judge_a", "judge_b"])
-    # the rule detector covers "loop" only: no rules pair for "ignore-error"
+    # for "ignore-error" the rule detector judged none of the continuations the LLM judges did: no rules pair
     assert sorted(table.index) == [("ignore-error", "llm-a", "llm-b"), ("loop", "llm-a", "llm-b"),
                                    ("loop", "llm-a", "rules"), ("loop", "llm-b", "rules")]
     row = table.loc[("loop", "llm-a", "llm-b")]
