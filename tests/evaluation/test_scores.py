@@ -56,28 +56,29 @@ def test_a_task_with_one_trial_has_no_variance_term():
 def errored_trials():
     return [trial("a", 1.0), trial("a", None, error="sandbox failed to start"), trial("a", 1.0),
             trial("b", 0.0, error="reward.txt is not a number"), trial("b", 1.0),
-            trial("c", None, error="timeout"), trial("c", None)]
+            trial("c", None, error="timeout"), trial("c", None),
+            trial("d", 1.0, error="agent crashed; the reward is not trusted"), trial("d", 0.0)]
 
 
 def test_errored_trials_count_as_zero():
     got = leaderboard_score(errored_trials(), errored="zero")
     per_task = got.per_task.set_index("task")
-    # a: 1, 0, 1 -> 2/3; b: 0, 1 -> 1/2; c: 0, 0 -> 0 (a reward of None and an error-marked 0 alike)
-    assert per_task["mean"].to_dict() == pytest.approx({"a": 2 / 3, "b": 1 / 2, "c": 0.0})
-    assert per_task["n"].to_dict() == {"a": 3, "b": 2, "c": 2}
-    assert per_task["n_errored"].to_dict() == {"a": 1, "b": 1, "c": 2}
-    assert got.score == pytest.approx((2 / 3 + 1 / 2 + 0) / 3)
+    # a: 1, 0, 1 -> 2/3; b: 0, 1 -> 1/2; c: 0, 0 -> 0; d: 0, 0 -> 0 (an errored trial is 0 whatever its reward)
+    assert per_task["mean"].to_dict() == pytest.approx({"a": 2 / 3, "b": 1 / 2, "c": 0.0, "d": 0.0})
+    assert per_task["n"].to_dict() == {"a": 3, "b": 2, "c": 2, "d": 2}
+    assert per_task["n_errored"].to_dict() == {"a": 1, "b": 1, "c": 2, "d": 1}
+    assert got.score == pytest.approx((2 / 3 + 1 / 2 + 0 + 0) / 4)
     assert got.dropped_tasks == ()
 
 
 def test_errored_trials_dropped():
     got = leaderboard_score(errored_trials(), errored="drop")
     per_task = got.per_task.set_index("task")
-    # a: 1, 1 -> 1; b: 1 -> 1 (one trial left: no variance term); c: nothing left, removed from T
-    assert per_task["mean"].to_dict() == pytest.approx({"a": 1.0, "b": 1.0})
-    assert per_task["n"].to_dict() == {"a": 2, "b": 1}
+    # a: 1, 1 -> 1; b: 1 -> 1 and d: 0 -> 0 (one trial left: no variance term); c: nothing left, removed from T
+    assert per_task["mean"].to_dict() == pytest.approx({"a": 1.0, "b": 1.0, "d": 0.0})
+    assert per_task["n"].to_dict() == {"a": 2, "b": 1, "d": 1}
     assert got.dropped_tasks == ("c",)
-    assert (got.score, got.n_tasks, got.n_single) == (1.0, 2, 1)
+    assert (got.score, got.n_tasks, got.n_single) == (pytest.approx(2 / 3), 3, 2)
     assert got.se == 0.0
 
 
