@@ -62,16 +62,20 @@ def seed_curve(by_seed: Mapping[Any, Any], k_values: Iterable[int] | None = None
     rng = np.random.default_rng(seed)
     rows = []
     for k in ks:
-        exhaustive = math.comb(n, k) <= max_subsets
-        if exhaustive:
-            idx = np.array(list(combinations(range(n), k)), dtype=int)
-        else:
-            idx = np.argsort(rng.random((max_subsets, n)), axis=1)[:, :k]
+        idx, exhaustive = k_subsets(n, k, max_subsets, rng)
         sub = x[idx]
         se = float(np.mean(sub.std(axis=1, ddof=1)) / math.sqrt(k)) if k > 1 else math.nan
         rows.append({"k": int(k), "n_subsets": len(idx), "exhaustive": exhaustive, "se": se,
                      "sd_of_means": float(sub.mean(axis=1).std(ddof=0)), "reference": sd_all / math.sqrt(k)})
     return pd.DataFrame(rows, columns=["k", "n_subsets", "exhaustive", "se", "sd_of_means", "reference"])
+
+
+def k_subsets(n: int, k: int, max_subsets: int, rng: np.random.Generator) -> tuple[np.ndarray, bool]:
+    """Rows of k distinct indices out of n: all C(n, k) of them, or `max_subsets` drawn at random when
+    there are more (each row a uniform k-subset; rows may repeat). Returns (rows, exhaustive)."""
+    if math.comb(n, k) <= max_subsets:
+        return np.array(list(combinations(range(n), k)), dtype=int).reshape(-1, k), True
+    return np.sort(np.argsort(rng.random((max_subsets, n)), axis=1)[:, :k], axis=1), False
 
 
 def seed_distribution(by_seed: Mapping[Any, Any], errored: str = "zero") -> dict[str, float]:

@@ -7,9 +7,10 @@ import math
 import statistics
 from itertools import combinations
 
+import numpy as np
 import pytest
 
-from mirl.evaluation.seeds import seed_curve, seed_distribution
+from mirl.evaluation.seeds import k_subsets, seed_curve, seed_distribution
 
 SCORES = {s: v for s, v in enumerate([0.31, 0.42, 0.28, 0.39, 0.35, 0.47, 0.30])}
 
@@ -50,6 +51,16 @@ def test_too_many_subsets_are_sampled_with_a_seed():
     assert seed_curve(scores, k_values=[8], max_subsets=400, seed=5).iloc[0].se == capped.se
     assert seed_curve(scores, k_values=[8], max_subsets=400, seed=6).iloc[0].se != capped.se
     assert capped.se == pytest.approx(full.se, rel=0.05)
+
+
+def test_sampled_subsets_hold_k_distinct_seeds():
+    rows, exhaustive = k_subsets(16, 12, 300, np.random.default_rng(0))
+    assert not exhaustive and rows.shape == (300, 12)
+    assert all(len(set(row)) == 12 and set(row) <= set(range(16)) for row in rows.tolist())
+    # every seed turns up: the draws are not stuck on a few
+    assert set(rows.ravel().tolist()) == set(range(16))
+    rows, exhaustive = k_subsets(5, 2, 10, np.random.default_rng(0))
+    assert exhaustive and sorted(map(tuple, rows.tolist())) == list(combinations(range(5), 2))
 
 
 def test_distribution_over_seeds():
