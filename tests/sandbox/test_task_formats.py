@@ -123,7 +123,8 @@ def test_cpus_and_memory_are_limits_only_when_set(docker_sandbox, task_factory, 
 # --- FROM --platform= --------------------------------------------------------------------------------
 
 def test_from_platform_image_that_cannot_be_pulled_builds_on_the_base(docker_sandbox, task_factory):
-    dockerfile = "FROM --platform=linux/amd64 ghcr.io/nowhere/unpullable-image:1.0\nWORKDIR /srv\nRUN echo built > marker\n"
+    # a platform the local base image is not built for: the flag must go with the image it named
+    dockerfile = "FROM --platform=linux/s390x ghcr.io/nowhere/unpullable-image:1.0\nWORKDIR /srv\nRUN echo built > marker\n"
     with docker_sandbox.start(task_factory("platform", dockerfile=dockerfile)) as s:
         assert s.run("cat marker; pwd").output.split() == ["built", "/srv"]
 
@@ -194,3 +195,15 @@ def test_agent_loop_refuses_a_multi_step_task(docker_sandbox, tmp_path):
     traj = run_episode(task, docker_sandbox, Scripted([]))
     assert traj.exit_reason == "error"
     assert traj.error == "ValueError: task two-steps has 2 steps; the agent loop plays single-step tasks only"
+
+
+def test_combined_steps_count_steps_not_reached_as_zero(tmp_path):
+    from mirl.sandbox.base import VerifyResult
+    from mirl.sandbox.verifier import combine_steps
+
+    task = load_task(write_multi_step(tmp_path / "partial"))
+    half = VerifyResult(0.5, 0, 1.0, "", rewards={"reward": 0.5})
+    combined = combine_steps(task, [("create", half)])
+    assert combined.reward == 0.25  # (0.5 + 0 for the step never reached) / 2
+    assert combined.steps == [{"step": "create", "reward": 0.5, "rewards": {"reward": 0.5}, "error": None,
+                               "exit_code": 0, "timed_out": False}]
