@@ -14,6 +14,7 @@ a step's reasoning and command are parsed from the reply text, so everything dow
 from __future__ import annotations
 
 import logging
+import math
 import time
 import traceback
 from dataclasses import asdict
@@ -123,6 +124,8 @@ def run_episode(
     traj.meta["usage"] = usage
     session: Session | None = None
     try:
+        if task.steps:  # one instruction per step, verified in turn: `mirl tasks run` plays them, this loop does not
+            raise ValueError(f"task {task.id} has {len(task.steps)} steps; the agent loop plays single-step tasks only")
         t = time.perf_counter()
         if not hasattr(sandbox, "start"):
             session = sandbox
@@ -170,7 +173,7 @@ def _agent_loop(task: Task, session: Session, model: Model, config: AgentConfig,
                 hook: StepHook | None, traj: Trajectory, clock: _Clock, usage: dict[str, Any],
                 tokens: TokenPath | None = None) -> None:
     timeout = config.agent_timeout_s if config.agent_timeout_s is not None else task.agent_timeout_s
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout if timeout is not None else math.inf  # None: the task sets no limit
     kwargs = _model_kwargs(config, seed)
     chars_per_token = DEFAULT_CHARS_PER_TOKEN
     if tokens is not None:  # the chat template renders the first prompt only; the rest is appended

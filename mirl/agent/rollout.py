@@ -201,8 +201,11 @@ def role_fingerprint(llm: LLMConfig, role: str) -> dict[str, Any]:
 
 
 def sandbox_fingerprint(config: SandboxConfig) -> dict[str, Any]:
-    return {"backend": config.backend, "output_limit": config.output_limit, "allow_internet": config.allow_internet,
-            "base_image": config.base_image}
+    out = {"backend": config.backend, "output_limit": config.output_limit, "allow_internet": config.allow_internet,
+           "base_image": config.base_image}
+    if config.reward_key != "mean":  # only when set, so runs recorded before the field existed still resume
+        out["reward_key"] = config.reward_key
+    return out
 
 
 _WORKER_CACHE: dict[str, Any] = {}

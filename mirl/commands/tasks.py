@@ -39,7 +39,8 @@ def _paths(raw: list[str]):
 
 
 def _validate(args) -> int:
-    from mirl.tasks import validate_task
+    from mirl.tasks import TaskInvalid, load_task
+    from mirl.tasks.loader import display_path
 
     found, missing = _paths(args.paths)
     bad = 0
@@ -49,11 +50,15 @@ def _validate(args) -> int:
         print(f"no task directories found in {' '.join(args.paths)}", file=sys.stderr)
         return 1
     for path in found:
-        problems = validate_task(path)
-        if problems:
+        try:
+            task = load_task(path)
+        except TaskInvalid as e:
             bad += 1
-            for problem in problems:
+            for problem in e.problems:
                 print(problem, file=sys.stderr)
+            continue
+        for note in task.notes:  # read but not applied: worth a word, not a failure
+            print(f"{display_path(task.path)}: note: {note}", file=sys.stderr)
     print(f"{len(found) - bad} of {len(found)} tasks valid")
     return 1 if bad or missing else 0
 
@@ -67,7 +72,8 @@ def _list(args) -> int:
         try:
             t = load_task(path)
         except TaskInvalid as e:
-            print(f"{path.name}: invalid ({len(e.problems)} problems; see `mirl tasks validate`)", file=sys.stderr)
+            print(f"{e.problems[0].path or path}: invalid ({len(e.problems)} problems; see `mirl tasks validate`)",
+                  file=sys.stderr)
             status = 1
             continue
         row = {"task": t.id, "layout": t.layout, "difficulty": t.difficulty, "agent_timeout_s": t.agent_timeout_s,
@@ -76,7 +82,8 @@ def _list(args) -> int:
         if args.json:
             print(json.dumps(row))
         else:
-            print(f"{t.id:45s} {t.layout:14s} {t.difficulty:7s} agent {t.agent_timeout_s:6.0f}s  "
+            limit = f"{t.agent_timeout_s:6.0f}s" if t.agent_timeout_s is not None else "  none "
+            print(f"{t.id:45s} {t.layout:14s} {t.difficulty:7s} agent {limit}  "
                   f"{'solution' if t.solution else '-':8s} {row['image']}")
     return status
 

@@ -19,8 +19,11 @@
 - `Session.verify()` runs only after the agent is done: it empties `/logs/verifier`, copies the
   task's `tests/` to a fresh `/tests`, runs the test script (`bash /tests/test.sh`; Terminal-Bench 1:
   `bash /tests/run-tests.sh`) under the task's verifier timeout and reads
-  `/logs/verifier/reward.json` (`{"reward": x}`), else `reward.txt` (a float). A verifier that
-  times out, and a missing, empty or non-finite reward file, score 0 with the reason in `error`.
+  `/logs/verifier/reward.json` (`{"reward": x}`, or several keys scored by `SandboxConfig.reward_key`,
+  each kept in `VerifyResult.rewards`), else `reward.txt` (a float). A verifier that times out, and a
+  missing, empty or non-finite reward file, score 0 with the reason in `error`. The task's
+  `[verifier] env` is set for it, and `[environment] env` for every command; both are resolved
+  from the host's environment when the session starts (`mirl.tasks.envvars`).
   Terminal-Bench 1 tasks that write no reward file score 1 when the script exits 0. The rule
   lives in one place, `mirl.sandbox.verifier`, for every backend.
 - `Session.close()` always cleans up (container, mounts, temp dirs, processes); sessions are
@@ -77,6 +80,8 @@ class VerifyResult:
     tail: str  # the last lines of the verifier's output
     error: str | None = None  # set when the reward could not be read (reward is then 0)
     timed_out: bool = False
+    rewards: dict[str, float] = field(default_factory=dict)  # every key of reward.json (reward.txt: "reward")
+    steps: list[dict] = field(default_factory=list)  # a multi-step task's per-step results, in order
 
 
 @dataclass
@@ -89,6 +94,13 @@ class SandboxConfig:
     allow_internet: bool = field(default=False, metadata={"help": "let tasks that ask for network have it"})
     base_image: str = field(default="mirl-base", metadata={"help": "local base image substituted for unpullable FROM images"})
     verifier_tail_lines: int = field(default=40, metadata={"help": "lines of verifier output kept in results"})
+    reward_key: str = field(default="mean", metadata={
+        "help": "how a reward.json of several keys scores: mean (of all keys, as Harbor), all (1 when every key "
+                "is 1, else 0), or one key's name"})
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reward_key, str) or not self.reward_key.strip():
+            raise ValueError(f"sandbox.reward_key must be mean, all or a key of reward.json, got {self.reward_key!r}")
 
 
 @runtime_checkable
@@ -159,3 +171,21 @@ def tail_lines(text: str, n: int) -> str:
     return "\n".join(text.splitlines()[-n:])
 
 
+
+
+def task_env(task: Task) -> dict[str, str]:
+    """The task's `[environment] env`, resolved from the host now; SandboxError naming what is unset."""
+    from mirl.tasks.envvars import MissingVariable, resolve
+
+    try:
+        return resolve(task.environment_env, what=f"task {task.id}: [environment] env")
+    except MissingVariable as e:
+        raise SandboxError(str(e)) from None
+
+
+def refuse_steps(task: Task, backend: str) -> None:
+    """Multi-step tasks run on the docker backend only; the others say so instead of running step one."""
+    if task.steps:
+        raise SandboxError(f"task {task.id} ({task.path}) has {len(task.steps)} steps "
+                           f"({', '.join(s.name for s in task.steps)}); multi-step tasks run on the docker backend, "
+                           f"not {backend}")

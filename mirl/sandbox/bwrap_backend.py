@@ -47,6 +47,8 @@ from mirl.sandbox.base import (
     SandboxConfig,
     SandboxError,
     VerifyResult,
+    refuse_steps,
+    task_env,
     user_cache_dir,
 )
 from mirl.sandbox.channel import Channel
@@ -426,6 +428,8 @@ class BwrapSandbox:
         if snapshot is not None:
             meta = self._snapshot_meta(snapshot)
             check_task(meta, snapshot, self.name, task.id)
+        refuse_steps(task, self.name)
+        extra_env = task_env(task)
         plan = layers.plan(task)
         if plan.base_image:
             log.info("task %s: FROM %s is substituted by the base root filesystem %s", task.id, plan.base_image, rootfs)
@@ -436,7 +440,7 @@ class BwrapSandbox:
                                f"starts from {[str(p) for p in lowers]} (its Dockerfile or the base rootfs changed): "
                                "take the snapshot again")
         upper = Path(snapshot) / "upper" if snapshot is not None else None
-        return BwrapSession(task, self.config, lowers, plan.workdir, plan.env, upper=upper)
+        return BwrapSession(task, self.config, lowers, plan.workdir, {**plan.env, **extra_env}, upper=upper)
 
     # --- snapshots (see mirl.sandbox.snapshot) ----------------------------------------------
 

@@ -38,6 +38,7 @@ from mirl.sandbox.base import (
     SandboxConfig,
     SandboxError,
     VerifyResult,
+    task_env,
 )
 from mirl.sandbox.docker_images import (
     TaskImages,
@@ -50,7 +51,7 @@ from mirl.sandbox.docker_images import (
 from mirl.sandbox.owner import owner_gone, owner_id
 from mirl.sandbox.snapshot import LABEL, REPOSITORY, check_task, decode_meta, encode_meta, unknown
 from mirl.sandbox.verifier import run_verifier
-from mirl.tasks import Task
+from mirl.tasks import Task, TaskStep
 
 log = logging.getLogger(__name__)
 __all__ = ["DockerSandbox", "DockerSession", "PIDS_LIMIT", "build_failure", "connect", "context_hash",
@@ -143,6 +144,7 @@ class DockerSandbox(TaskImages):
         if snapshot is not None:
             meta = self._snapshot_meta(snapshot)
             check_task(meta, snapshot, self.name, task.id)
+        extra_env = task_env(task)
         image = snapshot if snapshot is not None else self.image_for(task)
         network = task.allow_internet and self.config.allow_internet
         workdir = task.workdir
@@ -155,10 +157,13 @@ class DockerSandbox(TaskImages):
             entrypoint = ["sleep", "infinity"]
         kwargs = dict(
             entrypoint=entrypoint, command=[], detach=True, working_dir=workdir, stdin_open=True,
-            environment=dict(task.env), hostname="sandbox", labels={"mirl.task": task.id, "mirl.owner": owner_id()},
-            nano_cpus=int(max(0.1, task.cpus) * 1e9), mem_limit=f"{max(64, int(task.memory_mb))}m",
-            pids_limit=PIDS_LIMIT, stop_signal="SIGKILL",
+            environment={**task.env, **extra_env}, hostname="sandbox",
+            labels={"mirl.task": task.id, "mirl.owner": owner_id()}, pids_limit=PIDS_LIMIT, stop_signal="SIGKILL",
         )
+        if task.cpus is not None:  # unset: no limit, the engine's default (as Harbor leaves it to the provider)
+            kwargs["nano_cpus"] = int(max(0.1, task.cpus) * 1e9)
+        if task.memory_mb is not None:
+            kwargs["mem_limit"] = f"{max(64, int(task.memory_mb))}m"
         if not network:
             kwargs["network_mode"] = "none"
         try:
@@ -609,17 +614,22 @@ class DockerSession:
 
     # --- verification ---------------------------------------------------------------------
 
-    def _put_tests(self) -> None:
-        """An empty /logs/verifier and a fresh /tests holding the task's tests (run-tests.sh for TB1)."""
+    def _put_tests(self, step: TaskStep | None = None) -> None:
+        """An empty /logs/verifier and a fresh /tests holding the task's tests (run-tests.sh for TB1);
+        for a step of a multi-step task, the step's tests/ copied over them (its test.sh wins)."""
         task = self.task
         extra = {"run-tests.sh": task.test_script} if task.layout == "terminal-bench" else {}
-        res = self.run("rm -rf /tests /logs/verifier && mkdir -p /logs/verifier && chmod 777 /logs/verifier", timeout=30)
+        res = self.run("rm -rf /tests /logs/verifier && mkdir -p /logs/verifier /tests && chmod 777 /logs/verifier",
+                       timeout=30)
         if res.exit_code != 0:
             raise SandboxError(f"could not reset /tests and /logs/verifier: {res.output.strip()[-400:]}")
         self.container.put_archive("/", _tree_tar(task.tests_dir, "tests", extra))
+        if step is not None and step.tests_dir is not None:
+            self.container.put_archive("/", _tree_tar(step.tests_dir, "tests", {}))
 
-    def verify(self) -> VerifyResult:
-        return run_verifier(self, self._put_tests)
+    def verify(self, step: TaskStep | None = None) -> VerifyResult:
+        """Verify the task, or (multi-step tasks) one of its steps with that step's tests and timeout."""
+        return run_verifier(self, self._put_tests, step)
 
     # --- cleanup --------------------------------------------------------------------------
 

@@ -230,7 +230,8 @@ class TaskImages:
                 if ref not in _WARNED:
                     _WARNED.add(ref)
                     log.warning("image %s cannot be pulled; building on the local base image %s instead", ref, base)
-                lines[ins.line - 1] = m.group(1) + m.group(2) + base + m.group(4) + ("\n" if lines[ins.line - 1].endswith("\n") else "")
+                # --platform= names the pulled image's platform; the local base image has just its own
+                lines[ins.line - 1] = m.group(1) + base + m.group(4) + ("\n" if lines[ins.line - 1].endswith("\n") else "")
                 replaced.append(ref)
             if alias:
                 stages.add(alias.group(1).lower())

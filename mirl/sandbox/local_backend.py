@@ -41,6 +41,8 @@ from mirl.sandbox.base import (
     SandboxConfig,
     SandboxError,
     VerifyResult,
+    refuse_steps,
+    task_env,
 )
 from mirl.sandbox.channel import Channel
 from mirl.sandbox.init_script import INIT_CODE
@@ -166,6 +168,8 @@ class LocalSession:
 
     def __init__(self, task: Task, config: SandboxConfig):
         self.task, self.config = task, config
+        refuse_steps(task, "local")
+        extra_env = task_env(task)
         self.id = uuid.uuid4().hex
         self.lock = threading.Lock()
         self.sweeper: threading.Thread | None = None  # still killing what a timed-out command left
@@ -188,6 +192,7 @@ class LocalSession:
             "HOME": str(self.home),
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             **plan.env,
+            **extra_env,
             SESSION_VAR: self.id,
         }
         self.namespaced = unshare_works()

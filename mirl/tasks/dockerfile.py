@@ -125,6 +125,12 @@ def copy_sources(args: str) -> tuple[list[str], str, dict[str, str]]:
     return parts[:-1], parts[-1], flags
 
 
+def from_image(args: str) -> str:
+    """The image of `FROM [--platform=...] IMAGE [AS name]`: flags come before the image and are not it."""
+    words = [w for w in args.split() if not w.startswith("--")]
+    return words[0] if words else ""
+
+
 def parse(path: Path) -> Dockerfile:
     """Read a Dockerfile; the last stage's FROM, WORKDIR and ENV win, as for the built image."""
     text = Path(path).read_text(encoding="utf-8", errors="replace")
@@ -136,7 +142,7 @@ def parse(path: Path) -> Dockerfile:
             name, _, default = ins.args.partition("=")
             variables.setdefault(name.strip(), default.strip().strip('"'))
         elif ins.keyword == "FROM":
-            image = substitute(ins.args.split()[0], variables) if ins.args else ""
+            image = substitute(from_image(ins.args), variables)
             df.base_image, df.workdir, df.env = image, "/", {}
         elif ins.keyword == "ENV":
             for key, value in parse_env(ins.args).items():

@@ -15,10 +15,11 @@ class TaskProblem:
     file: str  # relative to the task directory, e.g. "task.toml"
     field: str  # e.g. "agent.timeout_sec"; "" when the whole file is at fault
     message: str
+    path: str = ""  # the task directory as the user can find it (relative to the working directory when below it)
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.field}" if self.field else self.file
-        return f"{self.task}: {where}: {self.message}"
+        return f"{self.path or self.task}: {where}: {self.message}"
 
 
 class TaskInvalid(ValueError):
@@ -30,6 +31,20 @@ class TaskInvalid(ValueError):
 
 
 @dataclass(frozen=True)
+class TaskStep:
+    """One step of a Harbor multi-step task (`[[steps]]` + `steps/<name>/`), run in order in one environment."""
+
+    name: str
+    instruction: str
+    tests_dir: Path | None  # steps/<name>/tests, copied over the task's tests/ for this step's verification
+    agent_timeout_s: float | None  # None: no limit
+    verifier_timeout_s: float
+    solution: Path | None = None  # steps/<name>/solution/solve.sh
+    min_reward: float | None = None  # a reward below it stops the task after this step
+    verifier_env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Task:
     """Everything a sandbox, an agent and a verifier need to know about one terminal task."""
 
@@ -37,21 +52,29 @@ class Task:
     path: Path
     layout: Literal["harbor", "terminal-bench"]
     instruction: str
-    agent_timeout_s: float
+    agent_timeout_s: float | None  # None: no limit (Harbor's `[agent] timeout_sec` unset)
     verifier_timeout_s: float
     build_timeout_s: float
-    cpus: float
-    memory_mb: int
-    allow_internet: bool
+    cpus: float | None  # None: unset, the backend's default (no limit)
+    memory_mb: int | None  # None: unset, likewise
+    allow_internet: bool  # the task asks for network; the run's SandboxConfig still decides
     image: str | None  # a prebuilt image name; exactly one of image / dockerfile is set
     dockerfile: Path | None
     workdir: str  # from the Dockerfile's last WORKDIR ("/" when none, as in Docker)
     env: dict[str, str]  # ENV lines of the Dockerfile
     tests_dir: Path
-    test_script: Path  # tests/test.sh (Harbor) or run-tests.sh (Terminal-Bench 1)
+    test_script: Path  # tests/test.sh (Harbor) or run-tests.sh (Terminal-Bench 1, or its default)
     solution: Path | None
     metadata: dict[str, Any] = field(default_factory=dict)
-    verifier_env: dict[str, str] = field(default_factory=dict)
+    verifier_env: dict[str, str] = field(default_factory=dict)  # `[verifier] env`, ${VAR} templates unresolved
+    environment_env: dict[str, str] = field(default_factory=dict)  # `[environment] env`, likewise
+    solution_env: dict[str, str] = field(default_factory=dict)  # `[solution] env`, likewise
+    storage_mb: int | None = None
+    gpus: int | None = None
+    network_mode: str = ""  # Harbor's network_mode as written ("" when unset)
+    steps: tuple[TaskStep, ...] = ()  # a multi-step task's steps, in order; empty for a single-step task
+    step_reward: Literal["mean", "final"] = "mean"  # how step rewards make the task's reward
+    notes: tuple[str, ...] = ()  # fields that were read but are not applied, said once instead of ignored
 
     @property
     def context_dir(self) -> Path | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from mirl.tasks import TaskInvalid, find_tasks, load_task, validate_task
 
 REPO = Path(__file__).resolve().parents[2]
-TERMIGEN = REPO.parent / "shared" / "external" / "termigen"
+TERMIGEN = Path(os.environ.get("MIRL_TERMIGEN") or REPO.parent / "shared" / "external" / "termigen")
 
 TASK_TOML = """version = "1.0"
 [metadata]

@@ -1,0 +1,109 @@
+"""docker-compose environments, read for the one case we can run: a single service the agent works in.
+
+Harbor names that service `main` (environment/docker-compose.yaml); Terminal-Bench 1 names it `client`
+and falls back to a default compose file that builds the task's Dockerfile. Such a file is the plain
+Dockerfile (or image) environment plus a few settings, so it loads as one. A file with any other
+service is refused at load time, naming the services: running the agent's container without its
+database or web server would score the agent on a broken environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# Terminal-Bench 1 fills these into its compose files; inside the container they are fixed paths.
+TB1_VARIABLES = {
+    "T_BENCH_TEST_DIR": "/tests",
+    "T_BENCH_CONTAINER_LOGS_PATH": "/logs",
+    "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent",
+}
+# Settings of the service that a single sandbox container needs no translation for.
+SERVICE_KEYS = {"build", "image", "container_name", "command", "entrypoint", "environment", "volumes", "tty",
+                "stdin_open", "init", "hostname", "deploy", "networks", "network_mode", "restart", "platform"}
+TOP_KEYS = {"version", "services", "networks", "volumes", "name"}
+
+
+@dataclass
+class ComposeEnv:
+    """What a single-service compose file amounts to."""
+
+    dockerfile: Path | None = None
+    image: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # the service's `environment:`, ${VAR} left for the host
+    notes: list[str] = field(default_factory=list)
+
+
+def _substitute_tb1(value: str) -> str:
+    for name, fixed in TB1_VARIABLES.items():
+        value = value.replace("${" + name + "}", fixed).replace("$" + name, fixed)
+    return value
+
+
+def _environment(raw: Any, add) -> dict[str, str]:
+    if raw is None:
+        return {}
+    items: list[tuple[str, str]] = []
+    if isinstance(raw, dict):
+        items = [(str(k), "" if v is None else str(v)) for k, v in raw.items()]
+    elif isinstance(raw, list):
+        for entry in raw:
+            key, eq, value = str(entry).partition("=")
+            items.append((key, value if eq else "${" + key + ":-}"))  # a bare name passes the host's value
+    else:
+        add("environment", f"must be a list or a mapping, got {type(raw).__name__}")
+    return {k: _substitute_tb1(v) for k, v in items}
+
+
+def read(path: Path, rel: str, main: str, add) -> ComposeEnv:
+    """Read `path` (shown as `rel`); `add(field, message)` records a problem. `main`: the agent's service."""
+    out = ComposeEnv()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        add("", f"cannot read: {e}")
+        return out
+    services = data.get("services") if isinstance(data, dict) else None
+    if not isinstance(services, dict) or not services:
+        add("services", "must be a mapping with the service the agent works in")
+        return out
+    extra = sorted(str(s) for s in services if s != main)
+    if extra:
+        add("services", f"defines {', '.join(extra)} besides `{main}`: environments of several containers are not "
+                         "supported, and the task is refused rather than run without them")
+    if main not in services:
+        add("services", f"has no service `{main}` (the container the agent works in)")
+        return out
+    svc = services[main]
+    if not isinstance(svc, dict):
+        add(f"services.{main}", "must be a mapping")
+        return out
+    out.notes += [f"{rel}: {key} is not applied" for key in sorted(set(data) - TOP_KEYS)]
+    out.notes += [f"{rel}: services.{main}.{key} is not applied" for key in sorted(set(svc) - SERVICE_KEYS)]
+    out.env = _environment(svc.get("environment"), lambda f, m: add(f"services.{main}.{f}", m))
+    build, image = svc.get("build"), svc.get("image")
+    if build is not None:
+        if isinstance(build, str):
+            build = {"context": build}
+        if not isinstance(build, dict):
+            add(f"services.{main}.build", "must be a path or a mapping")
+            return out
+        context = str(build.get("context", "."))
+        if "$" in context:  # Terminal-Bench passes the task's own directory here
+            context = "."
+        ctx = (path.parent / context).resolve()
+        dockerfile = (ctx / str(build.get("dockerfile", "Dockerfile"))).resolve()
+        if dockerfile.parent != ctx:
+            add(f"services.{main}.build.dockerfile", "must lie directly in the build context")
+        elif not dockerfile.is_file():
+            add(f"services.{main}.build", f"no Dockerfile at {dockerfile.name} in {context}")
+        else:
+            out.dockerfile = dockerfile
+    elif isinstance(image, str) and image.strip() and "$" not in image:
+        out.image = image.strip()
+    else:
+        add(f"services.{main}", "needs a build (a Dockerfile) or a fixed image")
+    return out
