@@ -1,0 +1,45 @@
+"""Checkpoints: atomic writes, torn ones ignored, pruning, and the paper's selection by smoothed reward."""
+
+from __future__ import annotations
+
+import pytest
+
+from mirl.training import checkpoints as ck
+
+
+def test_save_is_atomic_and_torn_writes_are_ignored(tmp_path):
+    root = tmp_path / "checkpoints"
+    ck.save(root, 2, lambda d: (d / "w.bin").write_text("2"), {"draws": 4})
+    (root / "step-000005").mkdir()  # a directory without state.json: a torn write by another path
+    (root / ".tmp-zzz").mkdir()
+    assert [s for s, _ in ck.list_checkpoints(root)] == [2]
+    assert ck.read_state(ck.latest(root)[1]) == {"draws": 4, "step": 2}
+
+    def fails(d):
+        (d / "w.bin").write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        ck.save(root, 3, fails, {"draws": 6})
+    assert [s for s, _ in ck.list_checkpoints(root)] == [2]
+    assert not list(root.glob(".tmp-*"))  # the failed write left nothing behind, and the old torn one went
+
+
+def test_prune_keeps_the_newest_and_protected(tmp_path):
+    root = tmp_path / "c"
+    for s in (1, 2, 3, 4):
+        ck.save(root, s, lambda d: None, {})
+    assert ck.prune(root, 0) == []
+    assert ck.prune(root, 2, protect=[1]) == [2]
+    assert [s for s, _ in ck.list_checkpoints(root)] == [1, 3, 4]
+
+
+def test_selection_ranks_checkpoints_by_the_smoothed_training_reward():
+    assert ck.smoothed([1, 0, 1, 1], 2) == [1.0, 0.5, 0.5, 1.0]
+    rewards = [0.0, 1.0, 0.0, 0.2, 0.4, 0.6]
+    metrics = [{"step": i + 1, "reward": r} for i, r in enumerate(rewards)] + [{"step": 7, "reward": None}]
+    # window 3, by hand: step 2 -> 0.5, step 4 -> 0.4, step 6 -> 0.4; the tie goes to the later step
+    top = ck.top_by_reward(metrics, [2, 4, 6], top=2, window=3)
+    assert [t["step"] for t in top] == [2, 6]
+    assert top[0]["smoothed_reward"] == pytest.approx(0.5) and top[1]["smoothed_reward"] == pytest.approx(0.4)
+    assert ck.top_by_reward(metrics, [2], top=5, window=1) == [{"step": 2, "smoothed_reward": 1.0}]

@@ -1,0 +1,112 @@
+"""The embedded learner on a tiny random Llama: micro-batches keep sequences apart, micro-batching does
+not change the update, the loss tokens are exactly the masked ones, and a step moves the weights."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+import torch
+
+from mirl.training.learner import Example, Learner, LearnerConfig, batch_inputs, pack, token_logprobs
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=256, attn_implementation="sdpa")
+    return LlamaForCausalLM(cfg).eval()
+
+
+def alone(model, ex: Example) -> list[float]:
+    """log_softmax of each masked target from one forward pass over this sequence only (float64)."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ex.ids])).logits[0].double()
+    lps = torch.log_softmax(logits, -1)
+    return [float(lps[t - 1, ex.ids[t]]) for t in range(1, len(ex.ids)) if ex.mask[t]]
+
+
+def examples(n: int, seed: int = 0) -> list[Example]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        length = rng.randint(5, 40)
+        ids = [rng.randrange(97) for _ in range(length)]
+        mask = [0] * 3 + [rng.randint(0, 1) for _ in range(length - 3)]
+        out.append(Example(ids, mask, [(-1.0 - rng.random()) if m else 0.0 for m in mask]))
+    return out
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_micro_batches_keep_sequences_apart(tiny, packed):
+    exs = examples(5)
+    with torch.no_grad():
+        lp, _ = token_logprobs(tiny, batch_inputs(exs, "cpu", packed=packed))
+    want = [v for ex in exs for v in alone(tiny, ex)]
+    assert len(lp) == len(want) == sum(ex.mask[1:].count(1) for ex in exs)
+    assert max(abs(a - b) for a, b in zip(lp.tolist(), want)) < 1e-4
+
+
+def test_packing_fills_bins_by_cost():
+    exs = [Example([1] * n, [0] * n, [0.0] * n) for n in (10, 9, 4, 3)]
+    assert pack(exs, 20, padded=True) == [[0, 1], [2, 3]]  # 2 x 10 = 20, then 2 x 4
+    assert pack(exs, 20, padded=False) == [[0, 1], [2, 3]]  # 19, then 7
+    assert pack(exs, 25, padded=False) == [[0, 1, 2], [3]]  # 23, then 3 (26 would pass the cap)
+    assert pack(exs, 5, padded=True) == [[0], [1], [2], [3]]  # longer than the cap: a bin of its own
+
+
+def test_micro_batching_does_not_change_the_update(tiny):
+    exs, adv = examples(6, seed=1), [0.5, -0.5, 1.0, -1.0, 0.25, -0.25]
+    grads = []
+    for tokens in (10_000, 40):
+        model = copy.deepcopy(tiny)
+        learner = Learner(model, LearnerConfig(lr=0.0, max_grad_norm=1e9, micro_batch_tokens=tokens))
+        learner.optimizer.step = lambda: None  # keep the gradients to compare them
+        learner.optimizer.zero_grad = lambda set_to_none=True: None
+        stats = learner.train_step(exs, adv)
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+        assert stats["loss_tokens"] == sum(ex.loss_tokens for ex in exs)
+    assert stats["micro_batches"] > 1
+    assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
+
+
+def test_loss_is_the_token_mean_of_the_policy_gradient(tiny):
+    """At mu = pi (ratio 1) DPPO's loss is -sum(A) over loss tokens / their count."""
+    exs = examples(3, seed=2)
+    with torch.no_grad():  # the sampler's logprobs = the learner's own at these weights
+        for ex in exs:
+            lp = iter(alone(tiny, ex))
+            ex.logprobs = [0.0] + [next(lp) if m else 0.0 for m in ex.mask[1:]]
+    adv = [1.0, -2.0, 0.5]
+    learner = Learner(copy.deepcopy(tiny), LearnerConfig(lr=0.0))
+    stats = learner.train_step(exs, adv)
+    n = [ex.mask[1:].count(1) for ex in exs]
+    assert stats["loss"] == pytest.approx(-sum(a * k for a, k in zip(adv, n)) / sum(n), abs=1e-4)
+    assert stats["logprob_abs_diff"] < 1e-4 and stats["masked_share"] == 0.0
+
+
+def test_a_step_moves_the_weights_and_counts(tiny, tmp_path):
+    model = copy.deepcopy(tiny)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    learner = Learner(model, LearnerConfig(lr=1e-2))
+    learner.train_step(examples(4, seed=3), [1.0, -1.0, 1.0, -1.0])
+    moved = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
+    assert moved and learner.steps == 1
+    learner.save(tmp_path / "ck")
+    other = Learner(copy.deepcopy(tiny), LearnerConfig(lr=1e-2))
+    other.load(tmp_path / "ck")
+    assert other.steps == 1
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in other.model.state_dict().items())
+    assert other.optimizer.state_dict()["state"]  # Adam moments came back too
+
+
+def test_a_batch_without_loss_tokens_is_skipped(tiny):
+    learner = Learner(copy.deepcopy(tiny), LearnerConfig(lr=1e-2))
+    ex = Example([1, 2, 3], [0, 0, 0], [0.0] * 3)
+    assert learner.train_step([ex], [1.0])["skipped"] == 1 and learner.steps == 0
+    with pytest.raises(ValueError, match="advantages"):
+        learner.train_step([ex], [])

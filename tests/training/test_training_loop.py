@@ -1,0 +1,141 @@
+"""The training loop's pieces without a model: the seeded start sequence, validity of rewards, refill of
+dead groups within a step, the learner batch, and the resume cut."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mirl.records.prefix import Prefix
+from mirl.records.taxonomy import ErrorType
+from mirl.records.trajectory import Step, Trajectory
+from mirl.training.advantages import Group
+from mirl.training.config import TrainingParams
+from mirl.training.rewards import Reward
+from mirl.training.rollouts import GroupPlayer, Rollout, Start, Starts
+from mirl.training.stage import collect, examples_of, step_metrics, truncate_after
+
+
+def traj(prefix_len: int = 1, reward: float | None = 1.0, **kw) -> Trajectory:
+    steps = [Step(reasoning="", command="ls", source="prefix", tokens="context", completion_ids=[5, 6],
+                  observation_ids=[7]),
+             Step(reasoning="", command="cat x", tokens="sampled", completion_ids=[8, 9, 2], logprobs=[-0.1, -0.2, -0.3],
+                  observation_ids=[7, 7])]
+    return Trajectory(task="t", seed=0, models={}, steps=steps, reward=reward, prefix_len=prefix_len,
+                      prompt_ids=[1, 3, 4], exit_reason="submitted", **kw)
+
+
+def rollout(reward: float, valid: bool = True, start: str = "s") -> Rollout:
+    r = Reward(r_o=reward == 1, r_e=True, reward=reward, valid=valid)
+    return Rollout(start=start, sample=0, seed=0, trajectory=traj(), reward=r,
+                   seconds={"rollout_s": 1.0, "reward_s": 0.5})
+
+
+def group(rewards, valid=None, start="s") -> Group:
+    valid = valid or [True] * len(rewards)
+    rs = tuple(rollout(r, v, start) for r, v in zip(rewards, valid))
+    return Group(prefix_id=start, rewards=tuple(rewards), valid=tuple(valid), rollouts=rs)
+
+
+def test_starts_are_a_seeded_shuffle_per_epoch_that_a_resume_can_continue():
+    pool = [Start(env=f"e{i}") for i in range(5)]
+    a, b = Starts(pool, seed=3), Starts(pool, seed=3)
+    first = [a[k].env for k in range(10)]
+    assert sorted(first[:5]) == sorted(first[5:]) == [f"e{i}" for i in range(5)]  # each epoch covers the pool
+    assert [b[k].env for k in range(7, 10)] == first[7:]  # a fresh sequence (a resume) continues identically
+    assert [Starts(pool, seed=4)[k].env for k in range(5)] != first[:5]
+    with pytest.raises(ValueError, match="no starts"):
+        Starts([], 0)
+
+
+def prefix(misbehavior="no runnable command") -> Prefix:
+    return Prefix(id=f"{misbehavior}|t/0/1", misbehavior=misbehavior, error_id="t/0/1", env="t", seed=0, steps=1,
+                  verdict={"exact": True, "normalized": True, "snapshot": False})
+
+
+class Judge:
+    def __init__(self, yes):
+        self.yes, self.calls = yes, 0
+
+    def judge(self, trajectory, misbehavior, prefix_steps=None):
+        from mirl.roles.behavior_judge import Judgment
+
+        self.calls += 1
+        return Judgment(yes=self.yes, source="test", steps=[prefix_steps])
+
+
+def player(reward="mirl", judge=None) -> GroupPlayer:
+    mis = {"no runnable command": ErrorType("no runnable command", "d", provenance="rules: no-runnable-command")}
+    return GroupPlayer(tasks={}, trajectories={}, sandbox=None, policy=None, agent=None, reward=reward,
+                       judges=(lambda name: judge) if judge else None, misbehaviors=mis)
+
+
+def test_rewards_are_the_and_of_outcome_and_judge_and_infrastructure_is_invalid():
+    start = Start(env="t", prefix=prefix())
+    assert player(judge=Judge(False)).score(traj(), start).reward == 1.0
+    judge = Judge(True)
+    r = player(judge=judge).score(traj(), start)
+    assert (r.r_o, r.r_e, r.reward, r.valid) == (True, False, 0.0, True) and judge.calls == 1
+    assert player(judge=Judge(False)).score(traj(reward=0.0), start).reward == 0.0
+    # a prefix that did not reproduce says nothing about the policy: invalid, and the judge is not asked
+    judge = Judge(False)
+    bad = traj(meta={"restore": {"normalized": False, "first_mismatch": 0}})
+    r = player(judge=judge).score(bad, start)
+    assert not r.valid and "did not reproduce" in r.why_invalid and judge.calls == 0
+    broken = traj(reward=None)
+    broken.exit_reason, broken.error = "error", "sandbox died"
+    assert not player(judge=Judge(False)).score(broken, start).valid
+    # outcome reward: the judge is never consulted
+    r = player("outcome").score(traj(), Start(env="t"))
+    assert (r.reward, r.r_e, r.judge_source) == (1.0, True, "none")
+    with pytest.raises(ValueError, match="prefix starts"):
+        player(judge=Judge(False)).score(traj(), Start(env="t"))
+
+
+class FakePlayer:
+    """Groups by draw index from a table; records what was asked."""
+
+    def __init__(self, table):
+        self.table, self.asked = table, []
+
+    def play_many(self, draws, group_size, seed):
+        self.asked.append([d for d, _ in draws])
+        return [group(self.table[d], start=s.id) for d, s in draws]
+
+
+def test_dead_groups_are_refilled_in_waves_until_the_batch_is_full():
+    table = {0: [0, 0], 1: [1, 0], 2: [1, 1], 3: [0, 1], 4: [1, 0]}
+    t = TrainingParams(batch_size=2, group_size=2, max_tries=8)
+    fake = FakePlayer(table)
+    live, tried, draws = collect(fake, Starts([Start(env="e")], 0), 0, t)
+    assert fake.asked == [[0, 1], [2], [3]]  # two missing; then one (0 was dead); then one more (2 was dead)
+    assert [g.rewards for g in live] == [(1, 0), (0, 1)] and len(tried) == 4 and draws == 4
+    row = step_metrics(1, live, tried, {}, {}, 0.0)
+    assert row["dead_share"] == 0.5 and row["groups_live"] == 2 and row["rollouts"] == 8
+
+
+def test_the_cap_on_tries_ends_a_step_short():
+    t = TrainingParams(batch_size=2, group_size=2, max_tries=3)
+    live, tried, draws = collect(FakePlayer({d: [0, 0] for d in range(10)}), Starts([Start(env="e")], 0), 5, t)
+    assert live == [] and len(tried) == 3 and draws == 8
+
+
+def test_the_batch_trains_valid_rollouts_with_centered_advantages_only():
+    g = group([1.0, 0.0, 1.0], valid=[True, True, False])
+    examples, adv, per = examples_of([g])
+    assert adv == [0.5, -0.5] and len(examples) == 2  # the invalid one is out of the mean and of the batch
+    assert per[id(g.rollouts[2])] == (0.0, False)
+    ex = examples[0]
+    # the prefix step and observations carry no loss; the sampled step's three ids do, with their logprobs
+    assert ex.ids == [1, 3, 4, 5, 6, 7, 8, 9, 2, 7, 7]
+    assert ex.mask == [0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0]
+    assert ex.logprobs[6:9] == [-0.1, -0.2, -0.3]
+
+
+def test_resume_cuts_the_rows_of_steps_after_the_checkpoint(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3, 3)) + '{"step": 4, "tor')
+    assert truncate_after(path, 2) == 2
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2]
+    assert truncate_after(tmp_path / "absent.jsonl", 2) == 0
