@@ -45,15 +45,16 @@ def test_the_last_score_tag_wins_and_must_be_an_integer_from_1_to_10():
 
 def test_the_judge_sees_the_rubric_and_only_the_agents_own_commands_and_outputs(http_role):
     client, requests = http_role("rubric_judge", ["Mostly there. <score>7</score>"])
-    t = traj([("ls", "prefix out"), ("make all", "built"), ("cat notes", "teacher out"), ("echo x > out.txt", "")],
-             prefix=1, teacher_at=2)
+    t = traj([("ls", "prefix out"), ("make all", "built"), ("cat notes", "teacher out"), ("echo x > out.txt", ""),
+              (None, "format error shown")], prefix=1, teacher_at=2)
     rating = LLMRubricJudge(client).rate(t, RUBRIC, prefix_steps=1)
-    assert rating.score == 7 and rating.source == "llm:openai/test-model" and rating.steps == [1, 3]
+    assert rating.score == 7 and rating.source == "llm:openai/test-model" and rating.steps == [1, 3, 4]
     assert rating.reason == "Mostly there."
     user = requests[0]["messages"][-1]["content"]
     assert "Build the project." in user and "[Pitfall, weight 4] Deletes the sources" in user
     assert "[Essential, weight 5] Builds with make" in user
     assert "make all" in user and "built" in user and "echo x > out.txt" in user
+    assert "### Step 3\n(no runnable command)\nOutput:\nformat error shown" in user and "None" not in user
     assert "prefix out" not in user and "teacher out" not in user  # not the policy's own steps
     assert "thought" not in user  # reasoning earns nothing: only commands and outputs are shown
 

@@ -166,6 +166,17 @@ def test_the_offline_rubric_of_count_lines_follows_its_solution():
     assert rubric.tests_weight == 0.8 and rubric.source == "reference" and all(i.check for i in rubric.items)
 
 
+@pytest.mark.parametrize("name,written", [
+    ("binary-header-fields", "header.json"),  # json.dump(out, open("/app/header.json", "w")) in a Python heredoc
+    ("python-fix-failing-test", "slug.py"),  # p = Path("textkit/slug.py") ... p.write_text(s)
+    ("sqlite-backfill-column", "library.db"),  # sqlite3 library.db <<'SQL' ALTER TABLE ...
+    ("fix-permissions", "secrets.env"),  # chmod 600 /app/config/secrets.env
+])
+def test_files_written_inside_scripts_are_essential(name, written):
+    rubric = ReferenceRubricWriter().write(load_task(BUNDLED / name))
+    assert f"A command writes or creates `{written}`" in [i.text for i in rubric.items if i.kind == "Essential"]
+
+
 def test_a_pitfall_the_solution_itself_trips_is_left_out(tmp_path):
     root = write_task(tmp_path / "stop")
     (root / "solution").mkdir()

@@ -31,9 +31,14 @@ def test_whitespace_is_normalized_before_comparing():
 
 
 def test_a_long_command_is_compared_in_full():
-    """Past 200 characters difflib's junk heuristic would drop frequent characters; it is off."""
-    long = "cat > /app/x.py <<'PY'\n" + "print('a')\n" * 40 + "PY"
-    assert command_ratio(long, long.replace("print('a')", "print('b')", 1)) > 0.99
+    """Past 200 characters difflib's junk heuristic drops every character seen more than 1% of the
+    time; here that leaves nothing to anchor a match after the one changed letter (ratio 0.55)."""
+    paths = ["/app/logs/app.log"] * 20
+    reference = "cat " + " ".join(paths)
+    action = "cat " + " ".join(paths[:10] + ["/app/logs/app.lg"] + paths[11:])
+    assert len(reference) > 200
+    assert DifflibStepJudge().same([], step(reference), step(action)) is True  # 2 * 362 / 725 = 0.9986
+    assert command_ratio(action, reference) == pytest.approx(2 * 362 / 725)
 
 
 def test_no_command_never_matches():
