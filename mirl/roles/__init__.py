@@ -6,7 +6,9 @@ online (an LLM through `mirl.llm.client`) and offline variants side by side:
 - `reference_teacher`: the offline teacher's replay of a task's `solution/solve.sh`;
 - `prompts`: the localizer's and teacher's prompts, in our words, with the paper's inputs and outputs;
 - `annotator`, `annotator_offline`: propose, refine and label error types (LLM), or cluster them offline;
-- `behavior_judge`: did the rollout repeat the misbehavior in its first m steps (LLM, or its rule detector).
-
-Later roles (rubric writer and judge, step-equivalence judge) live here too.
+- `behavior_judge`: did the rollout repeat the misbehavior in its first m steps (LLM, or its rule detector);
+- `rubric_writer`, `rubric_judge`: the RaR+ baseline's weighted rubrics and 1-10 ratings (LLM, or from
+  the reference solution and the items' regex checks);
+- `step_judge`: PivotRL's step equivalence (LLM, or a difflib ratio of the commands);
+- `tagreply`: asking a role for a reply that ends in a tag, re-asked when the tag is missing.
 """
