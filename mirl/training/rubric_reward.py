@@ -17,7 +17,7 @@ from typing import Any
 from mirl.llm.errors import LLMError
 from mirl.records.trajectory import Trajectory
 from mirl.roles.rubric_writer import Rubric
-from mirl.training.rewards import Reward, invalid, outcome_passes
+from mirl.training.rewards import Reward, infrastructure_failure, invalid, outcome_passes
 
 
 @dataclass
@@ -41,12 +41,9 @@ def rar_reward(trajectory: Trajectory, verifier_reward: float | None, rubric: Ru
     if rubric.task != trajectory.task:
         raise ValueError(f"the rubric is for task {rubric.task!r}, the rollout for {trajectory.task!r}")
     vr = trajectory.reward if verifier_reward is None else verifier_reward
-    if trajectory.exit_reason == "error":
-        return invalid(f"the rollout failed: {trajectory.error or 'exit_reason error'}", vr)
-    if trajectory.verifier_error:
-        return invalid(f"the verifier failed: {trajectory.verifier_error}", vr)
-    if vr is None:
-        return invalid("no verifier reward", vr)
+    bad = infrastructure_failure(trajectory, verifier_reward)
+    if bad is not None:
+        return bad
     start = trajectory.prefix_len if prefix_steps is None else prefix_steps
     try:
         rating = judge.rate(trajectory, rubric, start)
