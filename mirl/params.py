@@ -107,8 +107,20 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
 # --- loading ---------------------------------------------------------------------------------------
 
 
-def read_file(path: str | Path | None) -> dict[str, Any]:
-    """The raw sections of a params YAML (empty without a file); not yet validated."""
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`, mappings merged key by key, anything else replaced."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_file(path: str | Path | None, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The raw sections of a params YAML (empty without a file); not yet validated.
+
+    A file may start from another: `base: ../paper.yaml` (relative to the file) is read first and
+    this file's sections are merged over it, key by key (how the training recipes share the paper's
+    settings and change only what differs)."""
     if path is None or str(path) == "":
         return {}
     path = Path(path)
@@ -120,6 +132,14 @@ def read_file(path: str | Path | None) -> dict[str, Any]:
         raise ParamsError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(data, dict):
         raise ParamsError(f"{path}: must be a mapping of section names ({', '.join(sections())}) to settings")
+    base = data.pop("base", None)
+    if base is not None:
+        if not isinstance(base, str) or not base:
+            raise ParamsError(f"{path}: base must be the path of another params file, got {base!r}")
+        where = (path.parent / base).resolve()
+        if where in _seen or where == path.resolve():
+            raise ParamsError(f"{path}: base {base!r} leads back to itself")
+        data = merge(read_file(where, (*_seen, path.resolve())), data)
     return data
 
 

@@ -471,12 +471,19 @@ def serve(name: str, engine: Any) -> str:
 
 
 def get(name: str = "smollm2") -> Any:
-    """The process-wide engine for `local/<name>`: one served with `serve`, or a bundled model
+    """The process-wide engine for `local/<name>`: one served with `serve`, a bundled model, or a
+    Hugging Face checkpoint directory (`local/path/to/dir`: vLLM when installed, else transformers),
     loaded on first use."""
     with _MODELS_LOCK:
         if name not in _MODELS:
-            if name not in LOCATORS:
+            if name in LOCATORS:
+                _MODELS[name] = load_gguf(LOCATORS[name]())
+            elif (Path(name) / "config.json").is_file():  # local/<a Hugging Face checkpoint directory>
+                from mirl.llm.vllm_engine import policy_engine
+
+                _MODELS[name] = policy_engine(name)
+            else:
                 known = ", ".join(sorted(set(LOCATORS) | set(_MODELS)))
-                raise LookupError(f"no local model named {name!r}; known: {known}")
-            _MODELS[name] = load_gguf(LOCATORS[name]())
+                raise LookupError(f"no local model named {name!r} (known: {known}; or local/<checkpoint "
+                                  "directory with a config.json>)")
         return _MODELS[name]

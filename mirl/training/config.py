@@ -58,6 +58,10 @@ class TrainingParams:
                 "re-running its commands"})
     tasks: str = field(default="", metadata={
         "help": "task pool for start=random (comma-separated dirs); empty: the profiling stage's pool"})
+    rubric_writer: Literal["reference", "llm"] = field(default="reference", metadata={
+        "help": "RaR+: who writes each task's rubric, offline from the reference solution or the models.rubric_writer LLM"})
+    rubric_judge: Literal["rules", "llm"] = field(default="rules", metadata={
+        "help": "RaR+: who rates a rollout 1-10 against the rubric, offline by the items' checks or the models.rubric_judge LLM"})
     pivot_samples: int = field(default=8, metadata={"help": "PivotRL: actions sampled per pivot step (paper: 8)"})
     pivot_judge: Literal["difflib", "llm"] = field(default="difflib", metadata={
         "help": "PivotRL: step-equivalence judge, difflib ratio >= 0.95 offline or the models.step_judge LLM"})

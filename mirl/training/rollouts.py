@@ -25,21 +25,25 @@ from mirl.agent.config import AgentConfig
 from mirl.agent.episode import run_episode
 from mirl.records.prefix import Prefix
 from mirl.records.taxonomy import ErrorType
-from mirl.records.trajectory import Trajectory
+from mirl.records.trajectory import Step, Trajectory
 from mirl.training.advantages import Group
 from mirl.training.rewards import Reward, invalid, mirl_reward, outcome_reward
 
 
 @dataclass(frozen=True)
 class Start:
-    """Where a group begins: a prefix (`prefix` set) or step 0 of the environment `env`."""
+    """Where a group begins: a prefix (`prefix` set), a pivot step of a reference trajectory (`pivot`
+    set, PivotRL), or step 0 of the environment `env`."""
 
     env: str
     prefix: Prefix | None = None
+    pivot: Any = None  # a mirl.training.pivot.Pivot
 
     @property
     def id(self) -> str:
-        return self.prefix.id if self.prefix is not None else f"{self.env}|step0"
+        if self.prefix is not None:
+            return self.prefix.id
+        return self.pivot.id if self.pivot is not None else f"{self.env}|step0"
 
 
 class Starts:
@@ -172,3 +176,48 @@ def env_starts(envs: Sequence[str]) -> list[Start]:
 def with_limits(agent: AgentConfig, max_steps: int) -> AgentConfig:
     """The agent settings of training rollouts: the training step limit, always verified, token ids on."""
     return replace(agent, max_steps=max_steps, verify=True, token_ids=True)
+
+
+@dataclass
+class PivotPlayer:
+    """PivotRL's groups: at each pivot, `n` one-step actions sampled from the prompt the reference's
+    sampler saw, rewarded 1.0 when the step judge says they match the reference step. Each action
+    becomes a one-step `Rollout` (the prompt ids, the sampled step), so the learner batch and the
+    logs are the same as for full rollouts."""
+
+    trajectories: dict[tuple[str, int], Trajectory]
+    generator: Any
+    judge: Any
+    workers: int = 16
+
+    def play_many(self, draws: Sequence[tuple[int, Start]], group_size: int, seed: int) -> list[Group]:
+        with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(draws)))) as pool:
+            return list(pool.map(lambda d: self.play(d[1], d[0], group_size, seed), draws))
+
+    def play(self, start: Start, draw: int, group_size: int, seed: int) -> Group:
+        from mirl.training.pivot import pivot_group
+
+        pv = start.pivot
+        ref = self.trajectories[(pv.task, pv.seed)]
+        t0 = time.perf_counter()
+        sampling = {"seed": rollout_seed(seed, draw, 0, group_size)}
+        g = pivot_group(pv, ref, self.generator, self.judge, n=group_size, sampling=sampling)
+        seconds = {"rollout_s": round((time.perf_counter() - t0) / max(1, group_size), 4), "reward_s": 0.0}
+        rollouts = []
+        for i, (action, r, ok) in enumerate(zip(g.rollouts, g.rewards, g.valid)):
+            text = self.generator.tokenizer.decode(action.completion_ids, skip_special_tokens=True)
+            step = Step(reasoning="", command=None, raw=text, tokens="sampled", completion_ids=list(action.completion_ids),
+                        logprobs=list(action.logprobs), observation_ids=[])
+            traj = Trajectory(task=pv.task, seed=pv.seed, models={}, steps=[step], prompt_ids=list(action.prompt_ids),
+                              exit_reason="pivot", meta={"pivot": pv.id, "reference": ref.steps[pv.step].command})
+            reward = Reward(r_o=bool(r), r_e=True, reward=float(r), valid=ok, judge_source="step_judge",
+                            why_invalid="" if ok else "the step judge failed")
+            rollouts.append(Rollout(start=start.id, sample=i, seed=sampling["seed"], trajectory=traj, reward=reward,
+                                    seconds=seconds))
+        return Group(prefix_id=start.id, rewards=g.rewards, valid=g.valid, rollouts=tuple(rollouts))
+
+
+def pivot_starts(trajectories: Sequence[Trajectory]) -> list[Start]:
+    from mirl.training.pivot import pivot_candidates
+
+    return [Start(env=p.task, pivot=p) for p in pivot_candidates(trajectories)]

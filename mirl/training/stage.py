@@ -45,12 +45,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 STAGE = "training"
 METRICS, ROLLOUTS, SELECTION, CHECKPOINTS = "metrics.jsonl", "rollouts.jsonl", "selection.json", "checkpoints"
+RUBRICS = "rubrics.jsonl"
 
 
 class TrainingStage(Stage):
     name = STAGE
     records = METRICS
-    derived = (ROLLOUTS, SELECTION, CHECKPOINTS)
+    derived = (ROLLOUTS, SELECTION, CHECKPOINTS, RUBRICS)
 
     def __init__(self, params: Params, run_dir, sandbox=None, tasks=None):
         super().__init__(params, run_dir)
@@ -65,7 +66,7 @@ class TrainingStage(Stage):
     def validate(self) -> None:
         t = self.params.training
         problems = []
-        if t.reward == "mirl" and t.start != "prefix" and t.start != "pivot":
+        if t.reward == "mirl" and t.start in ("env", "random"):
             problems.append(f"reward mirl needs start prefix (a misbehavior to avoid), got start {t.start!r}")
         if t.kl_coef != 0:
             problems.append("kl_coef: only 0 is supported (the paper trains without a KL term)")
@@ -75,8 +76,8 @@ class TrainingStage(Stage):
                 problems.append(f"{name} must be at least 1, got {getattr(t, name)}")
         if t.max_tries < t.batch_size:
             problems.append(f"max_tries ({t.max_tries}) must be at least batch_size ({t.batch_size})")
-        if t.group_size < 2 and t.start != "pivot":
-            problems.append("group_size must be at least 2: a group of one has no advantage")
+        if (t.pivot_samples if t.start == "pivot" else t.group_size) < 2:
+            problems.append("group_size (pivot_samples for start pivot) must be at least 2: a group of one has no advantage")
         if problems:
             raise StageError("training params: " + "; ".join(problems))
 
@@ -94,12 +95,16 @@ class TrainingStage(Stage):
         from mirl.agent.rollout import role_fingerprint, sandbox_fingerprint
 
         t = asdict(self.params.training)
-        for k in ("workers", "budget_usd", "keep_checkpoints", "select_top", "smoothing", "device"):
+        # what only extends a run (more steps), its speed or its bookkeeping stays out
+        for k in ("steps", "workers", "budget_usd", "keep_checkpoints", "select_top", "smoothing", "device"):
             t.pop(k)
         llm = self.llm_config()
         roles = {"policy": role_fingerprint(llm, "policy")}
-        if t["reward"] == "mirl" and t["judge"] == "llm":
-            roles["behavior_judge"] = role_fingerprint(llm, "behavior_judge")
+        used = {"behavior_judge": t["start"] != "pivot" and t["reward"] == "mirl" and t["judge"] == "llm",
+                "rubric_writer": t["start"] != "pivot" and t["reward"] == "rubric" and t["rubric_writer"] == "llm",
+                "rubric_judge": t["start"] != "pivot" and t["reward"] == "rubric" and t["rubric_judge"] == "llm",
+                "step_judge": t["start"] == "pivot" and t["pivot_judge"] == "llm"}
+        roles.update({role: role_fingerprint(llm, role) for role, on in used.items() if on})
         return {"training": t, "models": roles, "agent": asdict(self.params.agent),
                 "sandbox": sandbox_fingerprint(self.params.sandbox)}
 
@@ -138,6 +143,10 @@ class TrainingStage(Stage):
         t = self.params.training
         if t.start == "random":
             return env_starts(list(self.tasks())), {}
+        if t.start == "pivot":
+            from mirl.training.rollouts import pivot_starts
+
+            return pivot_starts(list(self.trajectories().values())), {}
         prefixes = load_prefixes(self.run.root, TRAIN)
         tasks = self.tasks()
         skipped: dict[str, int] = {}
@@ -159,10 +168,17 @@ class TrainingStage(Stage):
             return env_starts([s.env for s in pool]), skipped
         return pool, skipped
 
-    def player(self, client, misbehaviors) -> GroupPlayer:
+    def player(self, client, misbehaviors, envs: list[str] | None = None):
         from mirl.roles.behavior_judge import example_texts, judge_for
 
         t = self.params.training
+        if t.start == "pivot":
+            from mirl.roles.step_judge import DifflibStepJudge, LLMStepJudge
+            from mirl.training.rollouts import PivotPlayer
+
+            judge = LLMStepJudge(client) if t.pivot_judge == "llm" else DifflibStepJudge()
+            return PivotPlayer(self.trajectories(), client.generator("policy"), judge, workers=t.workers)
+        rubric_reward = self.rubric_reward(client, envs or []) if t.reward == "rubric" else None
         judges = None
         if t.reward == "mirl":
             examples = None
@@ -180,7 +196,27 @@ class TrainingStage(Stage):
         return GroupPlayer(tasks=self.tasks(), trajectories=self.trajectories() if t.start == "prefix" else {},
                            sandbox=self.sandbox(), policy=client.model("policy"),
                            agent=with_limits(self.params.agent, t.max_steps), reward=t.reward, judges=judges,
-                           misbehaviors=misbehaviors, restore=t.restore, workers=t.workers)
+                           misbehaviors=misbehaviors, rubric_reward=rubric_reward, restore=t.restore,
+                           workers=t.workers)
+
+    def rubric_reward(self, client, envs: list[str]):
+        """RaR+: each environment's rubric (written once, kept in rubrics.jsonl) and the reward of a rollout."""
+        from mirl.roles.rubric_judge import LLMRubricJudge, RuleRubricJudge
+        from mirl.roles.rubric_writer import LLMRubricWriter, ReferenceRubricWriter, load_rubrics, save_rubrics
+        from mirl.training.rubric_reward import rar_reward
+
+        t = self.params.training
+        path = self.out / RUBRICS
+        rubrics = load_rubrics(path) if path.exists() else {}
+        writer = LLMRubricWriter(client) if t.rubric_writer == "llm" else ReferenceRubricWriter()
+        tasks = self.tasks()
+        missing = [e for e in sorted(set(envs)) if e not in rubrics]
+        for env in missing:
+            rubrics[env] = writer.write(tasks[env])
+        if missing:
+            save_rubrics(path, rubrics.values())
+        judge = LLMRubricJudge(client) if t.rubric_judge == "llm" else RuleRubricJudge()
+        return lambda traj, env: rar_reward(traj, None, rubrics[env], judge, traj.prefix_len)
 
     def sandbox(self):
         if self._sandbox is None:
@@ -255,7 +291,7 @@ def collect(player: GroupPlayer, starts: Starts, draws: int, t) -> tuple[list[Gr
         k = min(t.batch_size - len(live), t.max_tries - len(tried))
         wave = [(draws + i, starts[draws + i]) for i in range(k)]
         draws += k
-        groups = player.play_many([(d, s) for d, s in wave], t.group_size, t.seed)
+        groups = player.play_many(wave, t.pivot_samples if t.start == "pivot" else t.group_size, t.seed)
         for (d, _), g in zip(wave, groups):
             tried.append((d, g))
             if not is_dead(g):
@@ -324,7 +360,7 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
     run, t = stage.run, params.training
     t0 = time.time()
     if force:
-        run.clear_stage(stage.dir_name, [METRICS, ROLLOUTS, SELECTION, CHECKPOINTS])
+        run.clear_stage(stage.dir_name, [METRICS, *stage.derived])
     stage.out.mkdir(parents=True, exist_ok=True)
     fingerprint = dict(stage.fingerprint())
     inputs = check_inputs(stage)
@@ -342,7 +378,7 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
     engine = policy_engine(client)
     learner = make_learner(engine, t)
     done, draws = resume_point(stage, learner, engine)
-    player = stage.player(client, misbehaviors)
+    player = stage.player(client, misbehaviors, envs=[s.env for s in pool])
     ledger = open_ledger(run.root)
     stopped = None
     bar = tqdm(total=t.steps, initial=done, disable=not progress, desc=STAGE, unit="step")

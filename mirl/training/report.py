@@ -1,0 +1,72 @@
+"""Training curves from `metrics.jsonl`: reward and its parts, dead groups, DPPO masking, the
+learner/sampler mismatch, loss and entropy, and where a step's time went. `LivePlot` redraws them
+after each step while a run trains (in JupyterLab; headless it only collects the rows)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+PANELS = [
+    ("reward", ["reward", "r_o", "r_e"], "share of valid rollouts"),
+    ("groups", ["dead_share", "masked_share"], "share"),
+    ("learner", ["loss", "entropy"], ""),
+    ("mismatch", ["logprob_abs_diff"], "mean |log pi - log mu|"),
+    ("time", ["collect_s", "learner_s", "sync_s"], "seconds per step"),
+]
+
+
+def curves(metrics: pd.DataFrame | list[dict[str, Any]], title: str = ""):
+    """One figure with a panel per group of metrics, against the training step."""
+    import matplotlib.pyplot as plt
+
+    df = metrics if isinstance(metrics, pd.DataFrame) else pd.DataFrame(metrics)
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.2), squeeze=False)
+    for ax, (name, cols, ylabel) in zip(axes[0], PANELS):
+        for c in cols:
+            if not df.empty and c in df and df[c].notna().any():
+                ax.plot(df["step"], df[c], marker="o", ms=3, label=c)
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def table(metrics: pd.DataFrame) -> pd.DataFrame:
+    """The columns a person reads first, one row per step."""
+    cols = ["step", "reward", "r_o", "r_e", "groups_live", "groups_tried", "dead_share", "invalid", "loss",
+            "masked_share", "logprob_abs_diff", "entropy", "loss_tokens", "collect_s", "learner_s", "judge_usd"]
+    return metrics[[c for c in cols if c in metrics]]
+
+
+class LivePlot:
+    """`update(row)` after each step: keeps the row and, in a notebook, redraws the curves in place."""
+
+    def __init__(self, title: str = ""):
+        self.rows: list[dict[str, Any]] = []
+        self.title = title
+        self._handle = None
+
+    def update(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:
+            return
+        if get_ipython() is None:
+            return
+        import matplotlib.pyplot as plt
+
+        fig = curves(self.rows, self.title)
+        if self._handle is None:
+            self._handle = display(fig, display_id=True)
+        else:
+            self._handle.update(fig)
+        plt.close(fig)

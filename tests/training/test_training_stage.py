@@ -1,0 +1,211 @@
+"""The training stage for real: SmolLM2 (the embedded engine) plays episodes in bubblewrap sandboxes,
+the prefix stage keeps their prefixes, and a few MiRL steps train it; then a resume continues.
+
+The task's tests pass by a coin flip inside the sandbox (`$RANDOM`), so groups have reward spread
+whatever a 135M model does; the behavior judge is the rule detector of "no runnable command".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from mirl.agent.tokens import training_sequence
+from mirl.jsonl import read_jsonl
+from mirl.params import make
+from mirl.records.error_step import ErrorStep
+from mirl.records.taxonomy import ErrorType, Label, Taxonomy, TaxonomyStore
+from mirl.records.trajectory import Trajectory
+from mirl.runner.fingerprint import ParamsMismatch
+from mirl.runner.layout import RunDir
+from tests.conftest import write_task
+from tests.real import missing
+
+COIN = "#!/bin/bash\necho $((RANDOM % 2)) > /logs/verifier/reward.txt\n"
+MISBEHAVIOR = "no runnable command"
+
+
+def params(**training):
+    base = {"steps": 2, "batch_size": 1, "group_size": 4, "max_tries": 8, "max_steps": 3, "checkpoint_every": 1,
+            "lr": 1e-4, "judge": "rules", "workers": 4, "restore": "rerun"}
+    return make(models={"policy": {"model": "local/smollm2", "max_tokens": 40, "temperature": 0.7}},
+                sandbox={"backend": "bwrap"}, agent={"max_steps": 3, "command_timeout_s": 20},
+                prefixes={"per_misbehavior": 4, "heldout_per_misbehavior": 0, "keep": "normalized", "snapshot": False},
+                training={**base, **training})
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from mirl.llm import embedded
+
+    try:
+        return embedded.get("smollm2")
+    except embedded.EmbeddedModelMissing as e:
+        missing(f"the embedded SmolLM2 model: {e}", "bash scripts/setup.sh")
+
+
+@pytest.fixture(scope="module")
+def prefixed_run(tmp_path_factory, bwrap_sandbox, engine):
+    """Profiling episodes played for real (token path), an error step at step 1 of each, the prefix
+    stage run for real on them."""
+    from mirl.agent.episode import run_episode
+    from mirl.llm.client import LLMClient
+    from mirl.prefixes.stage import run_prefixes
+    from mirl.tasks import load_task
+
+    root = tmp_path_factory.mktemp("train")
+    where = write_task(root / "tasks" / "coin", test_sh=COIN, instruction="List the files in /app, then submit.\n")
+    (where / "solution").mkdir()
+    (where / "solution" / "solve.sh").write_text("#!/bin/bash\nls -la /app > /app/listing.txt\n")
+    task = load_task(where)
+    run = RunDir(root / "run")
+    p = params()
+    client = LLMClient(p.models, run_dir=run.root, stage="profiling")
+    played, flagged = [], []
+    for seed in range(12):  # until two episodes of two steps (for prefixes) and one that passed (for pivots)
+        t = run_episode(task, bwrap_sandbox, client.model("policy"), p.agent, seed=seed)
+        played.append(t)
+        if len(t.steps) >= 2 and t.exit_reason != "error" and len(flagged) < 2:
+            flagged.append(t)
+        if len(flagged) == 2 and any((x.reward or 0) >= 1 for x in played):
+            break
+    assert flagged, "SmolLM2 played no episode of two steps"
+    prof = run.stage_dir("profiling")
+    prof.mkdir(parents=True, exist_ok=True)
+    (prof / "trajectories.jsonl").write_text("".join(json.dumps(t.to_dict()) + "\n" for t in played))
+    errors = [ErrorStep(env=t.task, seed=t.seed, step=1, rejected_command=None, reason="r") for t in flagged]
+    (prof / "error_steps.jsonl").write_text("".join(json.dumps(e.to_dict()) + "\n" for e in errors))
+    (prof / "summary.json").write_text("{}")
+    # the task pool later stages read, as the profiling stage stores it
+    (prof / "params.json").write_text(json.dumps({"params": {"profiling": {"tasks": str(root / "tasks")}}}))
+    kind = ErrorType(MISBEHAVIOR, "d", provenance="rules: no-runnable-command", status="kept")
+    TaxonomyStore(run.stage_dir("taxonomy")).save(Taxonomy(types=[kind]), [Label(e.id, [MISBEHAVIOR]) for e in errors])
+    (run.stage_dir("taxonomy") / "summary.json").write_text("{}")
+    run_prefixes(p, run.root, sandbox=bwrap_sandbox, tasks=[task], progress=False)
+    kept = read_jsonl(run.file("prefixes", "train.jsonl"))[0]
+    assert kept, "no prefix reproduced"
+    return run, task, {(t.task, t.seed): t for t in played}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_few_mirl_steps_train_smollm2_and_resume_continues(prefixed_run, bwrap_sandbox, engine):
+    run, task, profiled = prefixed_run
+    base = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    try:
+        check_training(run, task, profiled, bwrap_sandbox, engine, base)
+    finally:  # the engine is the process's: later tests get the base weights back
+        engine.update_weights(base)
+
+
+def check_training(run, task, profiled, bwrap_sandbox, engine, base):
+    from mirl.training.stage import run_training
+
+    rows = []
+    summary = run_training(params(), run.root, sandbox=bwrap_sandbox, tasks=[task], progress=False, on_step=rows.append)
+    assert summary["done"] == 2 and summary["complete"] and summary["checkpoints"] == [1, 2]
+    metrics = read_jsonl(run.file("training", "metrics.jsonl"))[0]
+    assert [m["step"] for m in metrics] == [1, 2] and rows == metrics
+    # at step 1 learner and sampler have the same weights: their log-probabilities agree
+    assert metrics[0]["loss_tokens"] > 0 and metrics[0]["logprob_abs_diff"] < 1e-3
+    # the generator got the learner's weights; the checkpoint holds them, in Hugging Face format
+    moved = [k for k, v in engine.model.state_dict().items() if not torch.equal(v, base[k])]
+    assert moved
+    from transformers import AutoModelForCausalLM
+
+    saved = AutoModelForCausalLM.from_pretrained(run.file("training", "checkpoints") / "step-000002")
+    name = moved[0]
+    assert torch.allclose(saved.state_dict()[name], engine.model.state_dict()[name])
+
+    rollouts = read_jsonl(run.file("training", "rollouts.jsonl"))[0]
+    trained = [r for r in rollouts if r["trained"]]
+    assert trained and all(r["reward"]["valid"] for r in trained)
+    for r in trained:
+        traj = Trajectory.from_dict(r["trajectory"])
+        k = traj.prefix_len
+        assert k == 1 and traj.steps[0].source == "prefix" and traj.steps[0].tokens == "context"
+        # the prefix's tokens are exactly what the policy saw in profiling
+        ref = profiled[(traj.task, int(r["start"].rsplit("/", 2)[1]))]
+        ids = training_sequence(traj)[0]
+        want = list(ref.prompt_ids) + ref.steps[0].completion_ids + ref.steps[0].observation_ids
+        assert ids[:len(want)] == want
+    dead = [m["dead_share"] for m in metrics]
+    assert all(0 <= d < 1 for d in dead)
+
+    # resume: more steps continue the count and the draw sequence from the last checkpoint
+    summary = run_training(params(steps=3), run.root, sandbox=bwrap_sandbox, tasks=[task], progress=False)
+    metrics = read_jsonl(run.file("training", "metrics.jsonl"))[0]
+    assert [m["step"] for m in metrics] == [1, 2, 3] and summary["done"] == 3
+    third = [r for r in read_jsonl(run.file("training", "rollouts.jsonl"))[0] if r["step"] == 3]
+    assert min(r["draw"] for r in third) == metrics[1]["draws"]
+    with pytest.raises(ParamsMismatch, match="training.lr"):
+        run_training(params(steps=4, lr=1e-3), run.root, sandbox=bwrap_sandbox, tasks=[task], progress=False)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_notebook_04_trains_headless_and_plots(prefixed_run, tmp_path):
+    import shutil
+
+    from mirl.notebook import RunSpec, execute
+
+    run, _, _ = prefixed_run
+    repo = Path(__file__).resolve().parents[2]
+    runs = tmp_path / "runs"
+    shutil.copytree(run.root, runs / "t", ignore=shutil.ignore_patterns("training"))
+    overrides = {"sandbox.backend": "bwrap", "training.steps": 1, "training.group_size": 3, "training.max_tries": 4,
+                 "training.max_steps": 3, "models.policy.max_tokens": 40}
+    spec = RunSpec(notebook=repo / "notebooks" / "04_training_launch.ipynb", run_name="t",
+                   params_file=repo / "params" / "demo.yaml", overrides=overrides, runs_root=runs,
+                   reports_root=tmp_path / "reports", cell_timeout_s=800)
+    nb = json.loads(execute(spec).read_text())
+    assert not [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    metrics = read_jsonl(runs / "t" / "training" / "metrics.jsonl")[0]
+    assert [m["step"] for m in metrics] == [1]
+    report = tmp_path / "reports" / "t"
+    assert (report / "training_curves.png").stat().st_size > 5_000 and (report / "training_curves.pdf").exists()
+    assert (report / "training_metrics.csv").read_text().startswith("step,")
+
+
+SMOKE = {"models.policy.model": "local/smollm2", "models.policy.max_tokens": 40, "sandbox.backend": "bwrap",
+         "agent.max_steps": 3, "training.steps": 1, "training.batch_size": 1, "training.group_size": 2,
+         "training.pivot_samples": 2, "training.max_tries": 2, "training.max_steps": 3, "training.workers": 4,
+         "training.rubric_writer": "reference", "training.rubric_judge": "rules", "training.pivot_judge": "difflib",
+         "training.gradient_checkpointing": False, "training.micro_batch_tokens": 4096}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("recipe", ["tmax-189", "rar", "pivotrl"])
+def test_baseline_recipes_run_a_smoke_step(prefixed_run, bwrap_sandbox, engine, tmp_path, recipe):
+    import shutil
+
+    from mirl.params import load
+    from mirl.training.stage import run_training
+
+    run, task, _ = prefixed_run
+    copy = tmp_path / "run"
+    shutil.copytree(run.root, copy, ignore=shutil.ignore_patterns("training"))
+    repo = Path(__file__).resolve().parents[2]
+    p = load(repo / "params" / "train" / f"{recipe}.yaml", SMOKE)
+    assert p.training.recipe == recipe
+    base = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    try:
+        summary = run_training(p, copy, sandbox=bwrap_sandbox, tasks=[task], progress=False)
+    finally:
+        engine.update_weights(base)
+    assert summary["done"] == 1
+    rollouts = read_jsonl(copy / "training" / "rollouts.jsonl")[0]
+    assert rollouts and all(r["step"] == 1 for r in rollouts)
+    trajs = [Trajectory.from_dict(r["trajectory"]) for r in rollouts]
+    if recipe == "pivotrl":
+        assert all(t.exit_reason == "pivot" and len(t.steps) == 1 for t in trajs)
+        assert all(r["start"].startswith("coin#") for r in rollouts)
+    else:  # from step 0 of the environment, no prefix
+        assert all(t.prefix_len == 0 and r["start"] == "coin|step0" for t, r in zip(trajs, rollouts))
+    if recipe == "rar":
+        assert (copy / "training" / "rubrics.jsonl").exists()
+        assert all(1 <= r["reward"]["rating"] <= 10 for r in rollouts if r["reward"]["valid"])
