@@ -470,6 +470,12 @@ def serve(name: str, engine: Any) -> str:
     return f"local/{name}"
 
 
+def forget(name: str) -> None:
+    """Drop the process-wide engine of `local/<name>` (its memory goes once nothing else holds it)."""
+    with _MODELS_LOCK:
+        _MODELS.pop(name, None)
+
+
 def get(name: str = "smollm2") -> Any:
     """The process-wide engine for `local/<name>`: one served with `serve`, a bundled model, or a
     Hugging Face checkpoint directory (`local/path/to/dir`: vLLM when installed, else transformers),

@@ -72,6 +72,10 @@ class TrainingParams:
     keep_checkpoints: int = field(default=0, metadata={"help": "keep only the newest N checkpoints besides the selected ones; 0 = all"})
     select_top: int = field(default=5, metadata={"help": "checkpoint selection: top N by smoothed training reward (paper: 5)"})
     smoothing: int = field(default=10, metadata={"help": "checkpoint selection: moving-average window of the training reward"})
+    validation_tasks: str = field(default="", metadata={
+        "help": "checkpoint selection: task dirs (comma-separated) the top checkpoints are scored on; empty: "
+                "select by smoothed training reward alone"})
+    validation_seeds: int = field(default=1, metadata={"help": "checkpoint selection: episodes per validation task"})
     workers: int = field(default=16, metadata={"help": "rollouts played at once (the embedded engine decodes them as one batch)"})
     seed: int = field(default=0, metadata={"help": "seed of prefix sampling and rollout seeds"})
     budget_usd: float = field(default=0.0, metadata={"help": "stop cleanly once the stage's LLM spend reaches this; 0 = no cap"})

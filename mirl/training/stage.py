@@ -35,7 +35,8 @@ from mirl.runner.layout import atomic_write_json, atomic_write_jsonl
 from mirl.runner.stage import Stage, StageError, check_inputs, ledger_summary
 from mirl.training import checkpoints as ckpt
 from mirl.training.advantages import Group, batch_advantages, is_dead
-from mirl.training.learner import Example, Learner, LearnerConfig
+from mirl.training.engine import EmbeddedEngine
+from mirl.training.learner import Example, LearnerConfig
 from mirl.training.rollouts import GroupPlayer, Start, Starts, env_starts, prefix_starts, with_limits
 from mirl.training.sequences import NoTokenIds, training_example
 
@@ -96,7 +97,8 @@ class TrainingStage(Stage):
 
         t = asdict(self.params.training)
         # what only extends a run (more steps), its speed or its bookkeeping stays out
-        for k in ("steps", "workers", "budget_usd", "keep_checkpoints", "select_top", "smoothing", "device"):
+        for k in ("steps", "workers", "budget_usd", "keep_checkpoints", "select_top", "smoothing", "device",
+                  "validation_tasks", "validation_seeds"):
             t.pop(k)
         llm = self.llm_config()
         roles = {"policy": role_fingerprint(llm, "policy")}
@@ -235,15 +237,11 @@ def policy_engine(client) -> Any:
     return generator.engine
 
 
-def make_learner(engine: Any, t) -> Learner:
-    import torch
-
-    device = t.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = copy.deepcopy(engine.model).to(device=device, dtype=torch.float32)
+def make_engine(generator: Any, t) -> EmbeddedEngine:
     config = LearnerConfig(lr=t.lr, weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm, loss=t.loss,
                            delta=t.delta, eps_low=t.eps_low, eps_high=t.eps_high, temperature=t.temperature,
                            micro_batch_tokens=t.micro_batch_tokens, gradient_checkpointing=t.gradient_checkpointing)
-    return Learner(model, config)
+    return EmbeddedEngine(generator, config, device=t.device)
 
 
 # --- resume -------------------------------------------------------------------------------------
@@ -260,15 +258,14 @@ def truncate_after(path: Path, step: int) -> int:
     return len(rows) - len(keep)
 
 
-def resume_point(stage: TrainingStage, learner: Learner, engine: Any) -> tuple[int, int]:
+def resume_point(stage: TrainingStage, engine: EmbeddedEngine) -> tuple[int, int]:
     """(steps done, groups drawn) from the last checkpoint, its weights loaded; (0, 0) without one."""
     found = ckpt.latest(stage.checkpoints)
     step, draws = 0, 0
     if found is not None:
         step, path = found
         state = ckpt.read_state(path)
-        learner.load(path)
-        engine.update_weights(learner.state_dict())
+        engine.load(path)
         draws = int(state["draws"])
         log.info("training: resuming after step %d from %s", step, path)
     for name in (METRICS, ROLLOUTS):
@@ -375,9 +372,8 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
         log.warning("training: %s", "; ".join(f"{n} start(s) left out: {why}" for why, n in skipped.items()))
     starts = Starts(pool, t.seed)
     client = LLMClient(stage.llm_config(), run_dir=run.root, stage=STAGE)
-    engine = policy_engine(client)
-    learner = make_learner(engine, t)
-    done, draws = resume_point(stage, learner, engine)
+    engine = make_engine(policy_engine(client), t)
+    done, draws = resume_point(stage, engine)
     player = stage.player(client, misbehaviors, envs=[s.env for s in pool])
     ledger = open_ledger(run.root)
     stopped = None
@@ -400,11 +396,8 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
                 seconds["rollout_s"] = sum(r.seconds["rollout_s"] for r in rs)
                 seconds["reward_s"] = sum(r.seconds["reward_s"] for r in rs)
                 examples, advantages, per = examples_of(live)
-                learn = learner.train_step(examples, advantages) if examples else {"skipped": 1}
-                tl = time.perf_counter()
-                if examples:
-                    engine.update_weights(learner.state_dict())
-                seconds["sync_s"] = time.perf_counter() - tl
+                learn = engine.train_step(examples, advantages) if examples else {"skipped": 1}
+                seconds["sync_s"] = engine.update_weights() if examples else 0.0
                 seconds["step_s"] = time.perf_counter() - ts
                 live_ids = {id(g) for g in live}
                 for d, g in tried:
@@ -416,7 +409,7 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
                 row["draws"] = draws
                 metrics.append(row)
                 if step % t.checkpoint_every == 0 or step == t.steps:
-                    save_checkpoint(stage, learner, engine, step, draws, digest)
+                    save_checkpoint(stage, engine, step, draws, digest)
                 bar.update(1)
                 bar.set_postfix({"reward": row["reward"], "dead": row["dead_share"], "loss": row.get("loss")},
                                 refresh=False)
@@ -427,9 +420,9 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
     return finalize(stage, digest, stopped, skipped, len(pool), time.time() - t0)
 
 
-def save_checkpoint(stage: TrainingStage, learner: Learner, engine: Any, step: int, draws: int, digest: str) -> Path:
+def save_checkpoint(stage: TrainingStage, engine: EmbeddedEngine, step: int, draws: int, digest: str) -> Path:
     t = stage.params.training
-    path = ckpt.save(stage.checkpoints, step, lambda d: learner.save(d, engine.tokenizer),
+    path = ckpt.save(stage.checkpoints, step, engine.save,
                      {"draws": draws, "recipe": t.recipe, "digest": digest, "time": time.time()})
     ckpt.prune(stage.checkpoints, t.keep_checkpoints)
     return path
@@ -440,14 +433,22 @@ def finalize(stage: TrainingStage, digest: str, stopped: str | None, skipped: di
     t = stage.params.training
     rows, _ = read_jsonl(stage.out / METRICS)
     saved = [s for s, _ in ckpt.list_checkpoints(stage.checkpoints)]
-    selection = {"top": ckpt.top_by_reward(rows, saved, t.select_top, t.smoothing), "window": t.smoothing,
-                 "checkpoints": saved}
+    top = ckpt.top_by_reward(rows, saved, t.select_top, t.smoothing)
+    selection = {"top": top, "window": t.smoothing, "checkpoints": saved, "selected": top[0]["step"] if top else None,
+                 "by": "smoothed training reward"}
+    done_all = bool(rows) and max(int(r["step"]) for r in rows) >= t.steps and stopped is None
     atomic_write_json(stage.out / SELECTION, selection)
+    if done_all and t.validation_tasks and top:
+        from mirl.training.selection import validate
+
+        selection = validate(stage.params, stage.out, sandbox=stage._sandbox)
+        selection["by"] = "validation reward of the top checkpoints"
+        atomic_write_json(stage.out / SELECTION, selection)
     done = max((int(r["step"]) for r in rows), default=0)
     summary = {"stage": STAGE, "run": stage.run.name, "digest": digest, "recipe": t.recipe, "steps": t.steps,
                "done": done, "complete": done >= t.steps and stopped is None, "stopped": stopped,
                "starts": starts, "starts_left_out": skipped, "checkpoints": saved,
-               "selected": selection["top"][0]["step"] if selection["top"] else None,
+               "selected": selection["selected"],
                "rollouts": sum(int(r.get("rollouts", 0)) for r in rows),
                "mean_dead_share": round(sum(r["dead_share"] or 0 for r in rows) / len(rows), 4) if rows else None,
                "elapsed_s": round(elapsed, 3), "llm": ledger_summary(stage.run, STAGE)}

@@ -65,12 +65,15 @@ def prefixed_run(tmp_path_factory, bwrap_sandbox, engine):
     p = params()
     client = LLMClient(p.models, run_dir=run.root, stage="profiling")
     played, flagged = [], []
-    for seed in range(12):  # until two episodes of two steps (for prefixes) and one that passed (for pivots)
+    def reference(x):  # a passed episode with a command: pivots for PivotRL
+        return (x.reward or 0) >= 1 and any(s.command is not None for s in x.steps)
+
+    for seed in range(24):  # until two episodes of two steps (for prefixes) and a reference one
         t = run_episode(task, bwrap_sandbox, client.model("policy"), p.agent, seed=seed)
         played.append(t)
         if len(t.steps) >= 2 and t.exit_reason != "error" and len(flagged) < 2:
             flagged.append(t)
-        if len(flagged) == 2 and any((x.reward or 0) >= 1 for x in played):
+        if len(flagged) == 2 and any(reference(x) for x in played):
             break
     assert flagged, "SmolLM2 played no episode of two steps"
     prof = run.stage_dir("profiling")
@@ -136,9 +139,16 @@ def check_training(run, task, profiled, bwrap_sandbox, engine, base):
     assert all(0 <= d < 1 for d in dead)
 
     # resume: more steps continue the count and the draw sequence from the last checkpoint
-    summary = run_training(params(steps=3), run.root, sandbox=bwrap_sandbox, tasks=[task], progress=False)
+    # (and the top checkpoints are then scored on a validation task set, here the same task)
+    summary = run_training(params(steps=3, validation_tasks=str(task.path.parent)), run.root, sandbox=bwrap_sandbox,
+                           tasks=[task], progress=False)
     metrics = read_jsonl(run.file("training", "metrics.jsonl"))[0]
     assert [m["step"] for m in metrics] == [1, 2, 3] and summary["done"] == 3
+    selection = json.loads(run.file("training", "selection.json").read_text())
+    assert sorted(v["step"] for v in selection["validation"]) == [1, 2, 3]
+    assert all(v["episodes"] == 1 for v in selection["validation"])
+    best = max(selection["validation"], key=lambda v: (v["validation_reward"], v["smoothed_reward"]))
+    assert summary["selected"] == selection["selected"] == best["step"]
     third = [r for r in read_jsonl(run.file("training", "rollouts.jsonl"))[0] if r["step"] == 3]
     assert min(r["draw"] for r in third) == metrics[1]["draws"]
     with pytest.raises(ParamsMismatch, match="training.lr"):
