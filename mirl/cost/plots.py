@@ -42,7 +42,7 @@ def relative_figure(rel, title: str = ""):
     ref = rel["reference"].iloc[0] if len(rel) else ""
     ax.set_xlabel(f"% of {ref}")
     ax.set_title(title or f"Resources relative to {ref}")
-    ax.legend(title="phase", loc="lower right", fontsize=8)
+    ax.legend(title="phase", loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
     return fig
 

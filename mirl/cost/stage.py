@@ -39,6 +39,7 @@ class CostReport:
     reference: str
     policy_price: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
 
 
 def price_table(params: Params) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
@@ -79,6 +80,8 @@ def report(params: Params, run_dir: str | Path) -> CostReport:
         if not root.is_dir():
             raise ParamsError(f"cost.runs: no run {name!r} (looked for {root})")
         df = resources(root, prices, rates, c.hardware)
+        if df.empty:
+            notes.append(f"{name}: nothing recorded yet")
         step = c.up_to_steps.get(name)
         cuts[name] = step if step is not None else tot.checkpoint_step(root, c.up_to)
         counted = tot.up_to(df, cuts[name])
@@ -101,8 +104,9 @@ def report(params: Params, run_dir: str | Path) -> CostReport:
     return CostReport(all_rows, priced, stages, roles, comparison, cuts, reference, pprice, notes)
 
 
-def run_cost(params: Params, run_dir: str | Path) -> dict[str, Any]:
-    """Build the cost report of `params.cost.runs` (or this run) and write it under runs/<run>/cost/."""
+def run_cost(params: Params, run_dir: str | Path) -> CostReport:
+    """Build the cost report of `params.cost.runs` (or this run), write it under runs/<run>/cost/ and
+    return it (its `summary` is what summary.json holds)."""
     r = report(params, run_dir)
     out = RunDir(run_dir).stage_dir(STAGE)
     out.mkdir(parents=True, exist_ok=True)
@@ -119,4 +123,5 @@ def run_cost(params: Params, run_dir: str | Path) -> dict[str, Any]:
                           for k, row in per_run.to_dict("index").items()},
                "notes": r.notes}
     atomic_write_json(RunDir(run_dir).summary(STAGE), summary)
-    return summary
+    r.summary = summary
+    return r

@@ -126,7 +126,7 @@ def where_the_money_went(priced_stages, roles, top: int = 3) -> list[str]:
         if total <= 0:
             lines.append(f"{run}: no priced spend (no policy price and no API fees)")
             continue
-        stages = g.sort_values("total_usd", ascending=False).head(top)
+        stages = g[g["total_usd"].fillna(0) > 0].sort_values("total_usd", ascending=False).head(top)
         lines.append(f"{run}: ${total:,.2f} in all; top stages: " + ", ".join(
             f"{s.stage} ${s.total_usd:,.2f} ({s.total_usd / total:.0%})" for s in stages.itertuples()))
         r = roles[(roles["run"] == run) & (roles["usd"].fillna(0) > 0)].head(top)

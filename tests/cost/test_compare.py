@@ -70,7 +70,7 @@ def test_report_of_two_runs_each_cut_at_its_own_step(tmp_path):
     training_run(runs / "mirl")
     preprocessing_run(runs / "pre")
     params = make(cost={"runs": ["mirl", "pre"], "reference": "mirl", "paper_reference": ""})
-    summary = run_cost(params, runs / "mirl")
+    summary = run_cost(params, runs / "mirl").summary
     assert summary["up_to_step"] == {"mirl": 2, "pre": None}
     assert summary["totals"]["mirl"]["rollouts"] == 7 and summary["totals"]["pre"]["rollouts"] == 3
     written = json.loads((runs / "mirl" / "cost" / "summary.json").read_text())
