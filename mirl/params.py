@@ -9,6 +9,7 @@
     taxonomy:   stage 02's own settings                                 (`mirl.taxonomy.config.TaxonomyParams`)
     prefixes:   stage 03's own settings                                 (`mirl.prefixes.config.PrefixParams`)
     training:   stage 04's own settings                                 (`mirl.training.config.TrainingParams`)
+    cost:       stage 07's own settings: runs, cut, prices              (`mirl.cost.config.CostParams`)
 
 `mirl run` and `mirl rollout` read the same file. Overrides name their section:
 `-p profiling.max_tasks=3`, `-p models.policy.temperature=1.0`. An unknown section or key, a wrong
@@ -26,6 +27,7 @@ import yaml
 
 from mirl.agent.config import AgentConfig
 from mirl.config import ParamsError, build
+from mirl.cost.config import CostParams
 from mirl.llm.config import LLMConfig
 from mirl.prefixes.config import PrefixParams
 from mirl.profiling.config import ProfilingParams
@@ -47,6 +49,7 @@ class Params:
     taxonomy: TaxonomyParams = field(default_factory=TaxonomyParams, metadata={"help": "stage 02: error taxonomy"})
     prefixes: PrefixParams = field(default_factory=PrefixParams, metadata={"help": "stage 03: misbehavior prefixes"})
     training: TrainingParams = field(default_factory=TrainingParams, metadata={"help": "stage 04: RL from misbehavior prefixes"})
+    cost: CostParams = field(default_factory=CostParams, metadata={"help": "stage 07: cost and resource accounting"})
 
 
 def sections() -> list[str]:

@@ -273,7 +273,8 @@ class LLMClient:
         n_in = int(getattr(usage, "prompt_tokens", 0) or 0)
         n_out = int(getattr(usage, "completion_tokens", 0) or 0)
         n_cached = _cached_tokens(usage)
-        cost, price = cost_usd(rc.model, n_in, n_cached, n_out, self.config.prices)
+        cost, price = cost_usd(rc.model, n_in, n_cached, n_out, self.config.prices,
+                               self.config.currency_rates)
         choices = list(getattr(resp, "choices", []) or [])[: len(indices)]
         self.ledger.record(role=role, stage=self.stage, model=rc.model, n=len(choices), input_tokens=n_in,
                            cached_input_tokens=n_cached, output_tokens=n_out, latency_s=latency, cost_usd=cost,

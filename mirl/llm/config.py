@@ -17,8 +17,10 @@ Pointing roles at real models in params YAML::
         model: anthropic/claude-sonnet-4-20250514
         api_key_env: ANTHROPIC_API_KEY
         batch_n: false
-      prices:                       # USD per million tokens, for models litellm has no price for
+      prices:                       # per million tokens, for models litellm has no price for
         hosted_vllm/Qwen/Qwen3-8B: {input: 0.0, cached_input: 0.0, output: 0.0}
+        dashscope/qwen-plus: {input: 3.646, cached_input: 0.729, output: 21.875, currency: CNY}
+      currency_rates: {CNY: 0.13714}  # USD per CNY
       budget_usd: 20.0              # stop (BudgetExceeded) once the run's ledger reaches this
 
 Keys are never stored: a role names the environment variable that holds its key (`api_key_env`).
@@ -29,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from mirl.config import ParamsError
 from mirl.llm.types import ROLES
 
 EMBEDDED_MODEL = "local/smollm2"
@@ -98,9 +101,24 @@ class LLMConfig:
         "spend cap for the whole run (all stages in the run's ledger); empty = no cap"))
     stage_budget_usd: dict[str, float] = field(default_factory=dict, metadata=_help(
         "spend cap per stage name, e.g. {profile: 5.0}; checked before each uncached request"))
-    prices: dict[str, dict[str, float]] = field(default_factory=dict, metadata=_help(
-        "USD per million tokens per model: {model: {input, cached_input, output}}; overrides litellm's price "
-        "map; a model in neither costs 0 and its ledger rows say price=none"))
+    prices: dict[str, dict[str, float | str]] = field(default_factory=dict, metadata=_help(
+        "price per million tokens per model: {model: {input, cached_input, output, currency}} (currency "
+        "default USD); overrides litellm's price map; a model in neither costs 0 and its ledger rows say price=none"))
+    currency_rates: dict[str, float] = field(default_factory=dict, metadata=_help(
+        "USD per unit of each currency a price names, e.g. {CNY: 0.137}; USD is 1"))
+
+    def __post_init__(self) -> None:
+        from mirl.llm.pricing import usd_price
+
+        for model, table in self.prices.items():
+            if not isinstance(table, dict):
+                raise ParamsError(f"models.prices[{model!r}]: must be a mapping {{input, cached_input, output, "
+                                  f"currency}}, got {table!r}")
+            try:
+                usd_price(model, table, self.currency_rates)
+            except (TypeError, ValueError) as e:
+                raise ParamsError(f"models.{e}" if str(e).startswith("prices[") else
+                                  f"models.prices[{model!r}]: {e}") from None
 
     def role(self, name: str) -> RoleConfig:
         if name not in ROLES:

@@ -124,7 +124,8 @@ class ClientGenerator:
             raise LLMError(kind, msg, role=role, model=model, tries=1) from e
         latency = time.perf_counter() - t0
         n_out = sum(len(s.ids) for s in gen.samples)
-        cost, price = cost_usd(model, gen.prompt_tokens, gen.cached_tokens, n_out, client.config.prices)
+        cost, price = cost_usd(model, gen.prompt_tokens, gen.cached_tokens, n_out, client.config.prices,
+                               client.config.currency_rates)
         client.ledger.record(role=role, stage=client.stage, model=model, n=len(gen.samples),
                              input_tokens=gen.prompt_tokens, cached_input_tokens=gen.cached_tokens,
                              output_tokens=n_out, latency_s=latency, cost_usd=cost, price=price, tries=1)

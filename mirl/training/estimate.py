@@ -39,7 +39,7 @@ def estimate(params: Params, dead_share: float | None = None) -> dict[str, Any]:
 
         rc = models.role(judge_role)
         prompt, answer = 3000, min(rc.max_tokens or 512, 512)  # a judge prompt of ~5 steps, a short answer
-        per_call, price = cost_usd(rc.model, prompt, 0, answer, models.prices)
+        per_call, price = cost_usd(rc.model, prompt, 0, answer, models.prices, models.currency_rates)
         out["judge_model"] = rc.model
         out["judge_usd_estimate"] = round(per_call * out["judge_calls"], 2) if price != "none" else None
     return out

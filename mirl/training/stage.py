@@ -28,6 +28,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mirl.cost.devices import record_device_time
 from mirl.jsonl import JsonlWriter, read_jsonl
 from mirl.llm.errors import BudgetExceeded
 from mirl.runner.fingerprint import check_or_store
@@ -406,8 +407,10 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
                         rollouts.append({"step": step, "draw": d, "live": id(g) in live_ids, "advantage": a,
                                          "trained": ok, **r.to_dict()})
                 row = step_metrics(step, live, tried, learn, seconds, ledger.spent(STAGE) - spent0)
-                row["draws"] = draws
+                row.update(draws=draws, time=round(time.time(), 3))
                 metrics.append(row)
+                record_device_time(run.root, STAGE, seconds["step_s"], device=engine.learner.device, step=step,
+                                   part="step")
                 if step % t.checkpoint_every == 0 or step == t.steps:
                     save_checkpoint(stage, engine, step, draws, digest)
                 bar.update(1)

@@ -131,3 +131,13 @@ def test_litellm_registered_prices_with_and_without_a_cached_rate(server, http_c
     cached_cost = 600 * cached_rate if cached_rate is not None else 600 * 2e-6  # no cached rate: input rate
     assert row["price"] == "litellm" and row["cached_input_tokens"] == 600
     assert row["cost_usd"] == pytest.approx(400 * 2e-6 + cached_cost + 200 * 8e-6)
+
+
+def test_a_price_in_another_currency_is_converted_with_the_params_rate(server, http_client):
+    url, _ = server([("a reply", USAGE)])
+    cny = {"input": 3.646, "cached_input": 0.729, "output": 21.875, "currency": "CNY"}
+    client = http_client(url, prices={"openai/test-model": cny}, currency_rates={"CNY": 0.125})
+    client.complete("localizer", USER)
+    [row] = read_ledger(client.run_dir).to_dict("records")
+    # 400 uncached + 600 cached input, 200 output, CNY per million; 0.125 USD per CNY
+    assert row["cost_usd"] == pytest.approx((400 * 3.646 + 600 * 0.729 + 200 * 21.875) * 0.125 / 1e6)

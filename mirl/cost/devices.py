@@ -1,0 +1,84 @@
+"""Device time, recorded by the stages that hold a device: `runs/<run>/device_time.jsonl`.
+
+One row per stretch of work on a device: stage, training step (or none), device kind (e.g.
+"NVIDIA H200", "cpu"), how many devices, seconds of wall time. Device-seconds are seconds x count,
+GPU hours their sum over GPU kinds / 3600. A stage calls `record_device_time` after each piece of
+work (the training stage: once per step, with the step's wall time), or wraps it in `device_clock`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+DEVICE_FILE = "device_time.jsonl"
+_LOCK = threading.Lock()
+
+
+def device_kind(device: Any) -> str:
+    """A readable kind for a device: the GPU's name for cuda devices, else the device type ("cpu")."""
+    name = str(device)
+    if name.startswith("cuda"):
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                index = int(name.split(":", 1)[1]) if ":" in name else torch.cuda.current_device()
+                return torch.cuda.get_device_name(index)
+        except Exception:  # noqa: BLE001 - a name is a label; fall back to the device string
+            pass
+        return "cuda"
+    return name.split(":", 1)[0] or "cpu"
+
+
+def record_device_time(run_dir: str | Path, stage: str, seconds: float, device: Any = "cpu", count: int = 1,
+                       step: int | None = None, part: str = "") -> dict[str, Any]:
+    """Append one row of device time to the run's device ledger (whole lines, fsynced)."""
+    if seconds < 0 or count < 1:
+        raise ValueError(f"device time needs seconds >= 0 and count >= 1, got {seconds!r}, {count!r}")
+    row = {"time": time.time(), "stage": stage, "step": step, "part": part,
+           "device": device_kind(device), "count": int(count), "seconds": round(float(seconds), 6)}
+    path = Path(run_dir) / DEVICE_FILE
+    with _LOCK:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    return row
+
+
+@contextmanager
+def device_clock(run_dir: str | Path, stage: str, device: Any = "cpu", count: int = 1, step: int | None = None,
+                 part: str = ""):
+    """Record the wall time of the `with` block as device time."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        record_device_time(run_dir, stage, time.perf_counter() - t0, device, count, step, part)
+
+
+def read_device_time(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The run's device rows (a torn last line from a kill is skipped)."""
+    path = Path(run_dir) / DEVICE_FILE
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def is_gpu(kind: str) -> bool:
+    return str(kind).lower() not in ("cpu", "", "none", "mps")

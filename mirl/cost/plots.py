@@ -1,0 +1,82 @@
+"""Figures of the cost report: shares of a reference recipe (Figure 9) and recipes side by side (Figure 10)."""
+
+from __future__ import annotations
+
+from mirl.cost.compare import PHASE_ORDER, recipe_totals
+from mirl.cost.paper import LABELS, RESOURCES
+
+PHASE_COLORS = {"preprocessing": "#4C72B0", "rl": "#DD8452", "evaluation": "#55A868", "other": "#8172B3",
+                "total": "#937860"}
+
+
+def _phases(frame) -> list[str]:
+    return sorted(frame["phase"].unique(), key=lambda p: PHASE_ORDER.index(p) if p in PHASE_ORDER else 99)
+
+
+def relative_figure(rel, title: str = ""):
+    """One row of bars per resource, one bar per recipe, stacked by phase, in % of the reference."""
+    import matplotlib.pyplot as plt
+
+    resources = [r for r in RESOURCES if r in set(rel["resource"])]
+    recipes = list(dict.fromkeys(rel["recipe"]))
+    phases = _phases(rel)
+    height = 0.8 / max(1, len(recipes))
+    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.45 * len(resources) * max(1, len(recipes))))
+    for j, recipe in enumerate(recipes):
+        left = [0.0] * len(resources)
+        ys = [i + j * height for i in range(len(resources))]
+        for phase in phases:
+            part = rel[(rel["recipe"] == recipe) & (rel["phase"] == phase)].set_index("resource")["percent"]
+            widths = [float(part.get(r, 0.0)) if part.get(r, 0.0) == part.get(r, 0.0) else 0.0 for r in resources]
+            ax.barh(ys, widths, height=height * 0.9, left=left, color=PHASE_COLORS.get(phase, "#999999"),
+                    edgecolor="white", label=phase if j == 0 else None, alpha=1.0 - 0.25 * (j % 2))
+            left = [a + b for a, b in zip(left, widths)]
+        for y, total, r in zip(ys, left, resources):
+            ref_zero = rel[(rel["resource"] == r)]["reference_value"].fillna(0).iloc[0] <= 0
+            text = "n/a (reference 0)" if ref_zero else f"{total:.0f}%"
+            ax.text(total + 1, y, f"{recipe}: {text}", va="center", fontsize=7)
+    ax.axvline(100, color="black", lw=0.8, ls="--")
+    ax.set_yticks([i + height * (len(recipes) - 1) / 2 for i in range(len(resources))])
+    ax.set_yticklabels([LABELS.get(r, r) for r in resources])
+    ax.invert_yaxis()
+    ref = rel["reference"].iloc[0] if len(rel) else ""
+    ax.set_xlabel(f"% of {ref}")
+    ax.set_title(title or f"Resources relative to {ref}")
+    ax.legend(title="phase", loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def side_by_side_figure(long, title: str = ""):
+    """A panel per resource; a bar per recipe, stacked by phase, in the resource's own unit."""
+    import matplotlib.pyplot as plt
+
+    resources = [r for r in RESOURCES if r in set(long["resource"])]
+    recipes = list(dict.fromkeys(long["recipe"]))
+    phases = _phases(long)
+    cols = min(4, len(resources)) or 1
+    rows = (len(resources) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False)
+    totals = recipe_totals(long)
+    for ax, r in zip(axes.flat, resources):
+        bottom = [0.0] * len(recipes)
+        for phase in phases:
+            part = long[(long["resource"] == r) & (long["phase"] == phase)].set_index("recipe")["value"]
+            heights = [float(part.get(x, 0.0)) if part.get(x, 0.0) == part.get(x, 0.0) else 0.0 for x in recipes]
+            ax.bar(range(len(recipes)), heights, bottom=bottom, color=PHASE_COLORS.get(phase, "#999999"),
+                   label=phase)
+            bottom = [a + b for a, b in zip(bottom, heights)]
+        for i, x in enumerate(recipes):
+            v = totals.loc[x].get(r) if r in totals.columns else None
+            ax.text(i, bottom[i], "unpriced" if v is None or v != v else f"{v:,.3g}", ha="center", va="bottom",
+                    fontsize=7)
+        ax.set_xticks(range(len(recipes)))
+        ax.set_xticklabels(recipes, rotation=30, ha="right", fontsize=8)
+        ax.set_title(LABELS.get(r, r), fontsize=9)
+    for ax in list(axes.flat)[len(resources):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, title="phase", loc="upper right", fontsize=8)
+    fig.suptitle(title or "Recipes side by side")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,127 @@
+"""Stage 07, the cost report: the resource tables of one or more runs, cut up to the chosen
+checkpoint, priced, compared with a reference (and with a paper's reported numbers).
+
+It only reads what the other stages wrote and rewrites its outputs each time (nothing to resume,
+no LLM calls). Written under `runs/<run>/cost/`:
+
+    resources.csv    every resource row of every run (`mirl.cost.resources`), `counted` = inside the cut
+    totals.csv       per run and phase, up to the cut: rollouts, tokens, calls, environments, GPU hours,
+                     policy_usd, api_usd, total_usd
+    stages.csv       the same per stage;  roles.csv  calls, tokens and USD per LLM role
+    comparison.csv   the long frame of runs and reported recipes with % of the reference
+    summary.json     the cut of each run, totals, the reference and where the money went
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mirl.runner.layout import RunDir, atomic_write_json
+
+if TYPE_CHECKING:
+    from mirl.params import Params
+
+STAGE = "cost"
+
+
+@dataclass
+class CostReport:
+    """What the notebook shows: frames of the runs (cut), the comparison, and where the money went."""
+
+    resources: Any
+    totals: Any
+    stages: Any
+    roles: Any
+    comparison: Any
+    cuts: dict[str, int | None]
+    reference: str
+    policy_price: dict[str, Any] | None
+    notes: list[str] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def price_table(params: Params) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+    """models.prices with cost.prices over it, and the currency rates the same way."""
+    prices = {**params.models.prices, **params.cost.prices}
+    rates = {**params.models.currency_rates, **params.cost.currency_rates}
+    return prices, rates
+
+
+def policy_price(params: Params, prices: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The price entry the policy is billed at (by name, or by the last part of a litellm name)."""
+    for name in (params.cost.policy_price, params.models.policy.model):
+        if not name:
+            continue
+        for key in (name, name.rsplit("/", 1)[-1]):
+            if key in prices:
+                return dict(prices[key])
+    return None
+
+
+def report(params: Params, run_dir: str | Path) -> CostReport:
+    import pandas as pd
+
+    from mirl.config import ParamsError
+    from mirl.cost import compare
+    from mirl.cost import totals as tot
+    from mirl.cost.paper import read_reported, reported_frame
+    from mirl.cost.resources import resources
+
+    c = params.cost
+    here = RunDir(run_dir)
+    names = list(c.runs) or [here.name]
+    prices, rates = price_table(params)
+    pprice = policy_price(params, prices)
+    frames, cuts, notes = [], {}, []
+    for name in names:
+        root = here.root.parent / name
+        if not root.is_dir():
+            raise ParamsError(f"cost.runs: no run {name!r} (looked for {root})")
+        df = resources(root, prices, rates, c.hardware)
+        if df.empty:
+            notes.append(f"{name}: nothing recorded yet")
+        step = c.up_to_steps.get(name)
+        cuts[name] = step if step is not None else tot.checkpoint_step(root, c.up_to)
+        counted = tot.up_to(df, cuts[name])
+        df["counted"] = df.index.isin(counted.index)
+        frames.append(df)
+    all_rows = pd.concat(frames, ignore_index=True)
+    cut = all_rows[all_rows["counted"]]
+    priced = tot.price(tot.totals(cut, ("run", "phase")), pprice, c.policy_rule, rates)
+    stages = tot.price(tot.totals(cut, ("run", "phase", "stage")), pprice, c.policy_rule, rates)
+    roles = tot.by_role(cut, priced)
+    long = compare.run_frame(cut, priced, c.phases)
+    if c.paper_reference:
+        long = pd.concat([long, reported_frame(read_reported(c.paper_reference))], ignore_index=True)
+    reference = c.reference or names[0]
+    comparison = compare.relative(long, reference)
+    if pprice is None:
+        notes.append(f"the policy is unpriced: no entry {c.policy_price or params.models.policy.model!r} in the "
+                     f"prices (cost.prices, models.prices)")
+    notes += tot.where_the_money_went(stages, roles)
+    return CostReport(all_rows, priced, stages, roles, comparison, cuts, reference, pprice, notes)
+
+
+def run_cost(params: Params, run_dir: str | Path) -> CostReport:
+    """Build the cost report of `params.cost.runs` (or this run), write it under runs/<run>/cost/ and
+    return it (its `summary` is what summary.json holds)."""
+    r = report(params, run_dir)
+    out = RunDir(run_dir).stage_dir(STAGE)
+    out.mkdir(parents=True, exist_ok=True)
+    r.resources.to_csv(out / "resources.csv", index=False)
+    r.totals.to_csv(out / "totals.csv", index=False)
+    r.stages.to_csv(out / "stages.csv", index=False)
+    r.roles.to_csv(out / "roles.csv", index=False)
+    r.comparison.to_csv(out / "comparison.csv", index=False)
+    per_run = r.totals.groupby("run")[["rollouts", "policy_input_tokens", "policy_output_tokens", "api_usd",
+                                        "total_usd", "gpu_hours"]].sum(min_count=1)
+    summary = {"stage": STAGE, "run": RunDir(run_dir).name, "runs": list(r.cuts), "up_to_step": r.cuts,
+               "reference": r.reference, "policy_price": r.policy_price, "rule": params.cost.policy_rule,
+               "totals": {k: {c: (None if v != v else float(v)) for c, v in row.items()}
+                          for k, row in per_run.to_dict("index").items()},
+               "notes": r.notes}
+    atomic_write_json(RunDir(run_dir).summary(STAGE), summary)
+    r.summary = summary
+    return r

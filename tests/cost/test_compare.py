@@ -1,0 +1,89 @@
+"""Comparisons: shares of a reference recipe (Figure 9), side by side (Figure 10), the paper's numbers,
+and the report of several runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from mirl.config import ParamsError
+from mirl.cost.compare import relative, run_frame, side_by_side
+from mirl.cost.paper import read_reported, reported_frame
+from mirl.cost.resources import resources
+from mirl.cost.stage import run_cost
+from mirl.cost.totals import price, totals, up_to
+from mirl.params import make
+from tests.cost.fixtures import preprocessing_run, training_run
+
+PAPER = "params/cost/paper_reported.yaml"
+
+
+def test_paper_figure_9_shares_of_tmax():
+    rel = relative(reported_frame(read_reported(PAPER)), "TMax-4B").set_index(["recipe", "resource"])["percent"]
+    assert rel["MiRL", "rollouts"] == pytest.approx(100 * 26_200 / 75_900)
+    assert rel["MiRL", "input_tokens"] == pytest.approx(100 * 10.5 / 30.9)
+    assert rel["MiRL", "gpu_hours"] == pytest.approx(100 * 202.8 / 526.6)
+    assert rel["MiRL", "total_usd"] == pytest.approx(100 * 1960.3 / 3521.5)
+    assert math.isnan(rel["MiRL", "api_usd"])  # TMax paid no API fee: no share of nothing
+    assert rel["TMax-4B", "environments"] == pytest.approx(100)
+
+
+def test_phases_stack_to_the_recipe_total():
+    long = pd.DataFrame([
+        {"recipe": "a", "phase": "preprocessing", "resource": "rollouts", "value": 10.0, "source": "run"},
+        {"recipe": "a", "phase": "rl", "resource": "rollouts", "value": 30.0, "source": "run"},
+        {"recipe": "b", "phase": "rl", "resource": "rollouts", "value": 80.0, "source": "run"}])
+    rel = relative(long, "b").set_index(["recipe", "phase"])["percent"]
+    assert rel["a", "preprocessing"] == pytest.approx(12.5) and rel["a", "rl"] == pytest.approx(37.5)
+    assert side_by_side(long).loc["rollouts"].to_dict() == {"a": 40.0, "b": 80.0}
+    with pytest.raises(ValueError, match="reference 'c' is none of the recipes"):
+        relative(long, "c")
+
+
+def test_environments_per_phase_are_the_ones_each_phase_adds(tmp_path):
+    run = training_run(tmp_path / "r")
+    df = up_to(resources(run), 2)
+    long = run_frame(df, price(totals(df, ("run", "phase")), None)).set_index(["phase", "resource"])["value"]
+    assert long["preprocessing", "environments"] == 3  # env-a, env-b, env-c
+    assert long["rl", "environments"] == 1  # env-d; env-a was seen before
+
+
+@pytest.mark.parametrize("text,match", [
+    ("recipes: {}\n", "needs `recipes:`"),
+    ("recipes: {a: {total: {rollouts: 1, gpus: 2}}}\n", r"recipes\.a\.total: unknown resource\(s\) gpus"),
+    ("recipes: {a: {total: {rollouts: many}}}\n", r"recipes\.a\.total\.rollouts must be a number"),
+    ("reference: z\nrecipes: {a: {total: {rollouts: 1}}}\n", "reference 'z' is none of the recipes"),
+])
+def test_a_bad_reported_file_names_itself_and_the_key(tmp_path, text, match):
+    path = tmp_path / "reported.yaml"
+    path.write_text(text)
+    with pytest.raises(ParamsError, match=match) as err:
+        read_reported(path)
+    assert str(path) in str(err.value)
+
+
+def test_report_of_two_runs_each_cut_at_its_own_step(tmp_path):
+    runs = tmp_path / "runs"
+    training_run(runs / "mirl")
+    preprocessing_run(runs / "pre")
+    params = make(cost={"runs": ["mirl", "pre"], "reference": "mirl", "paper_reference": ""})
+    summary = run_cost(params, runs / "mirl").summary
+    assert summary["up_to_step"] == {"mirl": 2, "pre": None}
+    assert summary["totals"]["mirl"]["rollouts"] == 7 and summary["totals"]["pre"]["rollouts"] == 3
+    written = json.loads((runs / "mirl" / "cost" / "summary.json").read_text())
+    assert written["totals"] == summary["totals"]
+    comp = pd.read_csv(runs / "mirl" / "cost" / "comparison.csv")
+    share = comp[(comp["recipe"] == "pre") & (comp["resource"] == "rollouts")]["percent"].sum()
+    assert share == pytest.approx(100 * 3 / 7)
+    roles = pd.read_csv(runs / "mirl" / "cost" / "roles.csv").set_index(["run", "role"])["usd"]
+    # the policy by the paper's rule per phase (4 and 3 steps per rollout), the annotator repriced in CNY
+    policy = (4500 * 0.33 + 4500 * 0.066 + 600 * 1.005 + 1200 * 0.33 + 600 * 0.066 + 180 * 1.005) / 1e6
+    annotator = 3 * (10_000 * 3.646 + 2_000 * 21.875) / 1e6 * 0.13714
+    assert roles["mirl", "policy"] == pytest.approx(policy)
+    assert roles["mirl", "annotator"] == pytest.approx(annotator)
+    assert summary["totals"]["mirl"]["total_usd"] == pytest.approx(policy + annotator + 0.70)
+    with pytest.raises(ParamsError, match="cost.runs: no run 'nope'"):
+        run_cost(make(cost={"runs": ["nope"]}), runs / "mirl")
