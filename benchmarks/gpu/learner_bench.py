@@ -10,6 +10,10 @@ gives the plain head's loss and gradients (bf16 tolerance), then variants timed:
   plain    head in one piece, unfused AdamW (the learner before the GPU work)
   chunked  chunked LM head, fused AdamW
   ckpt     chunked + gradient checkpointing
+  cudnn    chunked, SDPA's cuDNN attention kernel first
+  compiled chunked, each decoder layer through torch.compile (fuses norms, rotary, activations;
+           the learner's default on a GPU)
+  compiled+ckpt  compiled + gradient checkpointing
 Prints tokens/s, MFU (model FLOPs of `shapes.train_flops` over the measured matmul ceiling) and
 peak memory; full numbers go to $OUT/learner.json.
 """
@@ -50,50 +54,66 @@ def check_head(model, ex: Example, temperature: float = 1.0) -> dict:
 
     inputs = batch_inputs([ex], "cuda")
     res = []
-    for chunk in (0, 1024):
+    for chunk in (0, 0, 1024):  # plain twice: the run-to-run spread of the bf16 kernels
         model.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             lp, _ = token_logprobs(model, inputs, temperature, head_chunk=chunk)
         w = torch.linspace(-1, 1, len(lp), device="cuda")
         loss = (lp * w).sum() / len(lp)
         loss.backward()
+        loss = loss.detach()
         g = torch.cat([p.grad.flatten().float() for p in model.parameters() if p.grad is not None])
         res.append((float(loss), lp.detach(), g))
     model.zero_grad(set_to_none=True)
-    (l0, lp0, g0), (l1, lp1, g1) = res
+    (l0, lp0, g0), (_, _, ga), (l1, lp1, g1) = res
     out = {"loss_plain": l0, "loss_chunked": l1, "lp_max_abs_diff": float((lp0 - lp1).abs().max()),
-           "grad_rel_diff": float((g0 - g1).norm() / g0.norm())}
-    del res, g0, g1
+           "grad_rel_diff": float((g0 - g1).norm() / g0.norm()),
+           "grad_rel_diff_plain_twice": float((g0 - ga).norm() / g0.norm())}
+    del res, g0, g1, ga
     torch.cuda.empty_cache()
     return out
 
 
 def run_variant(name: str, model, cfg, exs, adv, variant: str, repeats: int) -> dict:
+    import contextlib
+
     import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     c = LearnerConfig(lr=1e-6, micro_batch_tokens=len(exs[0].ids), head_chunk=0 if variant == "plain" else 4096,
-                      gradient_checkpointing=variant == "ckpt")
-    if variant != "ckpt" and getattr(model, "is_gradient_checkpointing", False):
+                      gradient_checkpointing=variant.endswith("ckpt"), compile_layers=variant.startswith("compiled"))
+    if not variant.endswith("ckpt") and getattr(model, "is_gradient_checkpointing", False):
         model.gradient_checkpointing_disable()
     learner = Learner(model, c)
     if variant == "plain":  # the optimizer the learner had before: AdamW's per-tensor loop
         learner.optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr, betas=c.betas,
                                               weight_decay=c.weight_decay, foreach=False)
     row = {"shape": name, "variant": variant}
+    ctx = contextlib.nullcontext
+    if variant == "cudnn":
+        def ctx():
+            return sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION], set_priority=True)
+    layers = model.get_decoder().layers
     try:
-        learner.train_step(exs[:2], adv[:2])  # warm-up: kernels, autotuning, optimizer state
+        t0 = time.perf_counter()
+        with ctx():
+            learner.train_step(exs[:2], adv[:2])  # warm-up: kernels, autotuning, optimizer state
         torch.cuda.synchronize()
+        row["warmup_s"] = round(time.perf_counter() - t0, 1)
         torch.cuda.reset_peak_memory_stats()
         times = []
         for _ in range(repeats):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            stats = learner.train_step(exs, adv)
+            with ctx():
+                stats = learner.train_step(exs, adv)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
         peak = torch.cuda.max_memory_allocated()
     except torch.OutOfMemoryError as e:
         row.update(error=f"OOM: {str(e)[:120]}")
+        for layer in layers:
+            layer._compiled_call_impl = None
         learner.optimizer.zero_grad(set_to_none=True)
         del learner
         torch.cuda.empty_cache()
@@ -106,6 +126,8 @@ def run_variant(name: str, model, cfg, exs, adv, variant: str, repeats: int) -> 
                achieved_tflops=round(flops / best / 1e12, 1), peak_gib=round(peak / 2**30, 1),
                loss=stats["loss"], grad_norm=stats["grad_norm"])
     learner.optimizer.zero_grad(set_to_none=True)
+    for layer in layers:
+        layer._compiled_call_impl = None
     del learner
     torch.cuda.empty_cache()
     return row
@@ -147,7 +169,8 @@ def main() -> None:
           f"copy {ceil['copy_gbps']} GB/s; {env}")
     for name, c in checks.items():
         print(f"{name}: chunked vs plain head: loss {c['loss_plain']:.6f} / {c['loss_chunked']:.6f}, "
-              f"max |dlp| {c['lp_max_abs_diff']:.2e}, grad rel diff {c['grad_rel_diff']:.2e}")
+              f"max |dlp| {c['lp_max_abs_diff']:.2e}, grad rel diff {c['grad_rel_diff']:.2e} "
+              f"(plain against itself: {c['grad_rel_diff_plain_twice']:.2e})")
     print(shapes.table(rows, ["shape", "variant", "tokens_per_s", "achieved_tflops", "mfu_pct", "peak_gib",
                               "seconds", "error"]))
 

@@ -15,7 +15,10 @@ head then runs in chunks of `head_chunk` rows (`chunked_head_logprobs`): each ch
 reduced to a logprob and an entropy at once and recomputed in backward, so no [tokens, vocab]
 tensor is kept for the backward pass (with a 152k vocabulary, 4k loss tokens' float32 logits and
 softmax are ~5 GB). A padded micro-batch whose rows are all the same length passes no attention
-mask, so SDPA runs its causal flash kernel instead of a masked one over an L x L mask.
+mask, so SDPA runs its causal flash kernel instead of a masked one over an L x L mask. On a GPU each
+decoder layer goes through `torch.compile` (one compiled graph serves every layer), which fuses the
+pointwise work between the matrix products: at 8k tokens that took the Qwen3-1.7B step from 41% to
+62% of the matmul ceiling (benchmarks/gpu/NOTES.md).
 The learner's log-probability of a sampled token is `log_softmax(logits / T)` in float32 at the
 sampling temperature T, exactly what the sampler stored (`mirl.llm.generator`), so at identical
 weights the two agree up to kernel rounding; the step stats report that mismatch.
@@ -221,6 +224,7 @@ class LearnerConfig:
     micro_batch_tokens: int = 4096
     gradient_checkpointing: bool = False
     head_chunk: int = 4096  # LM-head rows per chunk (chunked_head_logprobs); 0: the head in one piece
+    compile_layers: bool | None = None  # torch.compile each decoder layer; None: on a GPU
 
 
 class Learner:
@@ -238,6 +242,13 @@ class Learner:
         for p in model.parameters():
             p.requires_grad_(True)
         c = self.config
+        compile_layers = self.device.type == "cuda" if c.compile_layers is None else c.compile_layers
+        self.compiled_layers = 0
+        if compile_layers:  # fuses the norms, rotary embedding and activations between the matmuls
+            body = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
+            for layer in getattr(body, "layers", []):
+                layer.compile()
+                self.compiled_layers += 1
         # on a GPU the fused kernel: one pass over params, grads and moments instead of a loop of ops
         fused = {"fused": True} if self.device.type == "cuda" else {}
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr, betas=c.betas, weight_decay=c.weight_decay,
