@@ -116,13 +116,61 @@ class VLLMEngine:
 
 class TransformersEngine(EmbeddedLM):
     """A Hugging Face checkpoint directory run by transformers (the GPU when present), bf16 on GPU
-    unless `dtype` says otherwise; the same batcher, prefix cache and token path as the embedded model."""
+    unless `dtype` says otherwise; the same prefix cache and token path as the embedded model.
 
-    def __init__(self, model_dir: str | Path, device: str | None = None, dtype: str | None = None):
+    On a GPU, `generate_tokens` decodes the samples of a prompt with `mirl.llm.group_decode`
+    (CUDA graphs over static KV buffers, the prompt's KV shared by the group) where the model is of
+    a supported family; text calls and other models keep the embedded model's batched decoder.
+    `group_decode=True` forces it on (eagerly, without graphs, on a CPU), False off. Concurrent
+    token-path calls take turns: each decodes its own group."""
+
+    def __init__(self, model_dir: str | Path, device: str | None = None, dtype: str | None = None,
+                 group_decode: bool | None = None, **kwargs: Any):
         import torch
 
         on_gpu = (device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
-        super().__init__(model_dir, device=device, dtype=dtype or ("bfloat16" if on_gpu else None))
+        if on_gpu:  # GPU prefill is cheap: bigger chunks, more prefixes kept
+            kwargs.setdefault("prefill_chunk", 512)
+            kwargs.setdefault("prefix_cache_bytes", 4 << 30)
+        super().__init__(model_dir, device=device, dtype=dtype or ("bfloat16" if on_gpu else None), **kwargs)
+        from mirl.llm.group_decode import GroupDecoder
+
+        use = on_gpu if group_decode is None else group_decode
+        self.group = GroupDecoder(self.model) if use and GroupDecoder.supports(self.model) else None
+
+    def generate_tokens(self, prompt_ids, sample_indices, max_tokens: int = 256, temperature: float = 1.0,
+                        top_p: float = 1.0, seed: int = 0) -> TokenGeneration:
+        """The `Generator` interface; with group decoding, row r draws with seed (seed, index r)."""
+        if self.group is None:
+            return super().generate_tokens(prompt_ids, sample_indices, max_tokens, temperature, top_p, seed)
+        import torch
+
+        from mirl.llm.embedded import _kv_layers
+
+        ids = check_prompt(prompt_ids, int(getattr(self.model.config, "vocab_size", 0)) or None)
+        self._check_context(len(ids), max_tokens)
+        t0 = time.perf_counter()
+        if max_tokens <= 0 or not sample_indices:
+            return TokenGeneration([TokenSample([], [], "length") for _ in sample_indices], len(ids))
+        with self._lock, torch.inference_mode():
+            first, past = self._prefill(torch.tensor([ids], dtype=torch.long))
+            self.last_prefill_seconds = time.perf_counter() - t0
+            kv = _kv_layers(past)
+            if kv is None:
+                raise RuntimeError("this model's KV cache is not a plain per-layer cache")
+            dtype = next(self.model.parameters()).dtype
+            rows = self.group.generate([(k.to(dtype), v.to(dtype)) for k, v in kv], first,
+                                       [row_seed(seed, i) for i in sample_indices], max_tokens, temperature,
+                                       top_p, self.end_ids)
+        samples = [TokenSample(ids=toks, logprobs=lps, finish_reason=reason) for toks, lps, reason in rows]
+        return TokenGeneration(samples=samples, prompt_tokens=len(ids), cached_tokens=self.last_cached_tokens,
+                               seconds=time.perf_counter() - t0,
+                               meta={"decoder": "group", "prefill_s": round(self.last_prefill_seconds, 4)})
+
+    def update_weights(self, weights: Any) -> None:
+        super().update_weights(weights)
+        if self.group is not None:
+            self.group.clear()
 
 
 def policy_engine(model: str | Path, backend: str = "auto", **kwargs: Any):

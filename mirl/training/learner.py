@@ -10,7 +10,15 @@ batch: each micro-batch's token sum is divided by the batch's count of loss toke
 are accumulated before one optimizer step, so micro-batching does not change the update.
 
 Only the positions that carry loss go through the LM head: the hidden states are gathered there
-first, which keeps the logits tensor at [loss tokens, vocab] instead of [all tokens, vocab].
+first, which keeps the logits tensor at [loss tokens, vocab] instead of [all tokens, vocab]. The
+head then runs in chunks of `head_chunk` rows (`chunked_head_logprobs`): each chunk's logits are
+reduced to a logprob and an entropy at once and recomputed in backward, so no [tokens, vocab]
+tensor is kept for the backward pass (with a 152k vocabulary, 4k loss tokens' float32 logits and
+softmax are ~5 GB). A padded micro-batch whose rows are all the same length passes no attention
+mask, so SDPA runs its causal flash kernel instead of a masked one over an L x L mask. On a GPU each
+decoder layer goes through `torch.compile` (one compiled graph serves every layer), which fuses the
+pointwise work between the matrix products: at 8k tokens that took the Qwen3-1.7B step from 41% to
+62% of the matmul ceiling (benchmarks/gpu/NOTES.md).
 The learner's log-probability of a sampled token is `log_softmax(logits / T)` in float32 at the
 sampling temperature T, exactly what the sampler stored (`mirl.llm.generator`), so at identical
 weights the two agree up to kernel rounding; the step stats report that mismatch.
@@ -94,9 +102,10 @@ def batch_inputs(examples: Sequence[Example], device: Any, packed: bool = False)
     else:
         width = max(len(ex.ids) for ex in examples)
         pad = [width - len(ex.ids) for ex in examples]
-        inputs = {"input_ids": torch.tensor([ex.ids + [0] * p for ex, p in zip(examples, pad)], device=device),
-                  "attention_mask": torch.tensor([[1] * len(ex.ids) + [0] * p for ex, p in zip(examples, pad)],
-                                                 device=device)}
+        inputs = {"input_ids": torch.tensor([ex.ids + [0] * p for ex, p in zip(examples, pad)], device=device)}
+        if any(pad):  # rows of one length need no mask: causal attention alone (the flash kernel)
+            inputs["attention_mask"] = torch.tensor([[1] * len(ex.ids) + [0] * p for ex, p in zip(examples, pad)],
+                                                    device=device)
         seg = torch.tensor([s for s, p in enumerate(pad) for _ in range(width)], device=device)
         flat = {"target": [t for x, p in zip(targets, pad) for t in x + [0] * p],
                 "mask": [m for x, p in zip(masks, pad) for m in x + [0] * p],
@@ -107,19 +116,88 @@ def batch_inputs(examples: Sequence[Example], device: Any, packed: bool = False)
     return inputs
 
 
-def token_logprobs(model: Any, inputs: dict[str, torch.Tensor], temperature: float = 1.0
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def _compute_dtype(t: torch.Tensor) -> torch.dtype:
+    """The dtype autocast would run a matrix product in here (the tensor's own without autocast)."""
+    dev = t.device.type
+    if torch.is_autocast_enabled(dev):
+        return torch.get_autocast_dtype(dev)
+    return t.dtype
+
+
+class _ChunkedHead(torch.autograd.Function):
+    """logprob and entropy of `target` under softmax(h @ W^T / T), `chunk` rows at a time; backward
+    recomputes each chunk's logits, so only h, W and the log-normalizers are saved."""
+
+    @staticmethod
+    def forward(ctx, h, weight, target, temperature: float, chunk: int, dtype):
+        hw, ww = h.to(dtype), weight.to(dtype)
+        n = h.shape[0]
+        lp = torch.empty(n, dtype=torch.float32, device=h.device)
+        entropy, logz = torch.empty_like(lp), torch.empty_like(lp)
+        for s in range(0, n, chunk):
+            logits = (hw[s:s + chunk] @ ww.t()).float()
+            if temperature > 0:
+                logits = logits / temperature
+            z = torch.logsumexp(logits, dim=-1)
+            lp[s:s + chunk] = logits.gather(-1, target[s:s + chunk, None]).squeeze(-1) - z
+            entropy[s:s + chunk] = z - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+            logz[s:s + chunk] = z
+        ctx.save_for_backward(h, weight, target, logz)
+        ctx.temperature, ctx.chunk, ctx.dtype = temperature, chunk, dtype
+        ctx.mark_non_differentiable(entropy)
+        return lp, entropy
+
+    @staticmethod
+    def backward(ctx, g_lp, _g_entropy):
+        h, weight, target, logz = ctx.saved_tensors
+        t, chunk = ctx.temperature, ctx.chunk
+        hw, ww = h.to(ctx.dtype), weight.to(ctx.dtype)
+        grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if ctx.needs_input_grad[1] else None
+        for s in range(0, h.shape[0], chunk):
+            logits = (hw[s:s + chunk] @ ww.t()).float()
+            if t > 0:
+                logits = logits / t
+            g = g_lp[s:s + chunk, None].float()
+            # d lp / d logits = onehot(target) - softmax, times the upstream gradient (and 1/T)
+            grad = torch.exp(logits - logz[s:s + chunk, None]).mul_(-g)
+            grad.scatter_add_(-1, target[s:s + chunk, None], g)
+            if t > 0:
+                grad = grad / t
+            grad = grad.to(ctx.dtype)
+            if grad_h is not None:
+                grad_h[s:s + chunk] = (grad @ ww).to(h.dtype)
+            if grad_w is not None:
+                grad_w += (grad.t() @ hw[s:s + chunk]).float()
+        return grad_h, (grad_w.to(weight.dtype) if grad_w is not None else None), None, None, None, None
+
+
+def chunked_head_logprobs(h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, temperature: float = 1.0,
+                          chunk: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logprob, entropy) of each `target` under `log_softmax(h @ weight^T / T)` in float32, the
+    head's matrix products in the dtype autocast gives them; the same numbers and gradients as
+    applying the head and `log_softmax` directly, with at most `chunk` rows of logits alive."""
+    return _ChunkedHead.apply(h, weight, target, float(temperature), max(1, int(chunk)), _compute_dtype(h))
+
+
+def token_logprobs(model: Any, inputs: dict[str, torch.Tensor], temperature: float = 1.0,
+                   head_chunk: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(logprob, entropy) of each loss-mask target under `model`, in float32, from a forward pass
-    over the micro-batch with the LM head applied only at those positions."""
+    over the micro-batch with the LM head applied only at those positions. `head_chunk` > 0 runs the
+    head through `chunked_head_logprobs` (where it has no bias); 0 applies it in one piece."""
     body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     kw = {k: inputs[k] for k in ("input_ids", "attention_mask", "position_ids") if k in inputs}
     hidden = body(**kw, use_cache=False).last_hidden_state
     h = hidden.reshape(-1, hidden.shape[-1])[inputs["loss_mask"]]
-    logits = model.get_output_embeddings()(h).float()
+    head = model.get_output_embeddings()
+    target = inputs["target"][inputs["loss_mask"]]
+    if head_chunk > 0 and getattr(head, "bias", None) is None:
+        return chunked_head_logprobs(h, head.weight, target, temperature, head_chunk)
+    logits = head(h).float()
     if temperature > 0:
         logits = logits / temperature
     logz = torch.logsumexp(logits, dim=-1)
-    lp = logits.gather(-1, inputs["target"][inputs["loss_mask"]].view(-1, 1)).squeeze(-1) - logz
+    lp = logits.gather(-1, target.view(-1, 1)).squeeze(-1) - logz
     with torch.no_grad():
         p = torch.softmax(logits, dim=-1)
         entropy = logz - (p * logits).sum(-1)
@@ -145,6 +223,8 @@ class LearnerConfig:
     temperature: float = 1.0
     micro_batch_tokens: int = 4096
     gradient_checkpointing: bool = False
+    head_chunk: int = 4096  # LM-head rows per chunk (chunked_head_logprobs); 0: the head in one piece
+    compile_layers: bool | None = None  # torch.compile each decoder layer; None: on a GPU
 
 
 class Learner:
@@ -158,11 +238,21 @@ class Learner:
         self.device = next(model.parameters()).device
         model.train()
         if self.config.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
-            model.gradient_checkpointing_enable()
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         for p in model.parameters():
             p.requires_grad_(True)
         c = self.config
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr, betas=c.betas, weight_decay=c.weight_decay)
+        compile_layers = self.device.type == "cuda" if c.compile_layers is None else c.compile_layers
+        self.compiled_layers = 0
+        if compile_layers:  # fuses the norms, rotary embedding and activations between the matmuls
+            body = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
+            for layer in getattr(body, "layers", []):
+                layer.compile()
+                self.compiled_layers += 1
+        # on a GPU the fused kernel: one pass over params, grads and moments instead of a loop of ops
+        fused = {"fused": True} if self.device.type == "cuda" else {}
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr, betas=c.betas, weight_decay=c.weight_decay,
+                                           **fused)
         self.steps = 0
 
     def _autocast(self):
@@ -204,7 +294,7 @@ class Learner:
                 continue
             inputs = batch_inputs(batch, self.device, packed=packed)
             with self._autocast():
-                lp, entropy = token_logprobs(self.model, inputs, c.temperature)
+                lp, entropy = token_logprobs(self.model, inputs, c.temperature, c.head_chunk)
             sel = inputs["loss_mask"]
             mu = inputs["sampler_logprobs"][sel]
             adv = torch.tensor([advantages[i] for i in idx], device=self.device, dtype=torch.float32)[inputs["segment"][sel]]

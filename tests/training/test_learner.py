@@ -110,3 +110,40 @@ def test_a_batch_without_loss_tokens_is_skipped(tiny):
     assert learner.train_step([ex], [1.0])["skipped"] == 1 and learner.steps == 0
     with pytest.raises(ValueError, match="advantages"):
         learner.train_step([ex], [])
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chunked_head_gives_the_plain_loss_and_gradients(tiny, temperature):
+    """The chunked LM head (logits recomputed in backward, 7 rows a chunk) against the head applied
+    in one piece: the same logprobs, entropies and gradients for every parameter (the tied-free head
+    and the body below it)."""
+    exs, adv = examples(4, seed=5), [1.0, -0.5, 0.25, -1.0]
+    inputs = batch_inputs(exs, "cpu")
+    seg = inputs["segment"][inputs["loss_mask"]]
+    out = []
+    for chunk in (0, 7):
+        model = copy.deepcopy(tiny)
+        lp, ent = token_logprobs(model, inputs, temperature, head_chunk=chunk)
+        weights = torch.tensor(adv)[seg] * torch.linspace(0.5, 1.5, len(lp))  # a different pull on every row
+        (lp * weights).sum().backward()
+        out.append((lp.detach(), ent, {k: p.grad.clone() for k, p in model.named_parameters()}))
+    (lp0, ent0, g0), (lp1, ent1, g1) = out
+    assert len(lp0) > 7 * 2  # several chunks, the last one partial
+    assert torch.allclose(lp0, lp1, atol=1e-6) and torch.allclose(ent0, ent1, atol=1e-6)
+    assert g0.keys() == g1.keys() and "lm_head.weight" in g0
+    for k in g0:
+        assert torch.allclose(g0[k], g1[k], atol=1e-6, rtol=1e-5), k
+
+
+def test_rows_of_one_length_pass_no_attention_mask(tiny):
+    """Equal-length rows go without a mask (SDPA's causal flash kernel on a GPU), ragged ones with
+    one; both give each sequence's own logprobs."""
+    same = [Example(list(range(i, i + 12)), [0] * 4 + [1] * 8, [0.0] * 12) for i in (1, 30)]
+    ragged = same[:1] + [Example(list(range(40, 49)), [0] * 3 + [1] * 6, [0.0] * 9)]
+    for exs, masked in ((same, False), (ragged, True)):
+        inputs = batch_inputs(exs, "cpu")
+        assert ("attention_mask" in inputs) is masked
+        with torch.no_grad():
+            lp, _ = token_logprobs(tiny, inputs)
+        want = [v for ex in exs for v in alone(tiny, ex)]
+        assert max(abs(a - b) for a, b in zip(lp.tolist(), want)) < 1e-4
