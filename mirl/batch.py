@@ -18,7 +18,8 @@ The first failure stops the batch, naming the notebook, the cell and the error (
 is reported as such). While a stage runs, its kernel has `MIRL_PROGRESS=file`: the runner writes
 `runs/<name>/<stage>/progress.json` instead of drawing a bar, and this process redraws one line per
 stage from it (in place on a terminal, a line every ~10 s otherwise). The kernel's stdout and stderr
-go to `reports/<name>/logs/<stage>.log`; each executed notebook is also exported to HTML, and
+go to `reports/<name>/logs/<stage>.log`, and so do mirl's log records in the kernel
+(`MIRL_LOG_FILE`, `mirl.notebook.log_to_file`); each executed notebook is also exported to HTML, and
 `reports/<name>/index.html` (`mirl.report_index`) is rewritten after every stage.
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import sys
@@ -37,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from mirl import notebook as nbrun
 from mirl.config import ParamsError
 from mirl.notebook import RESERVED, RunSpec, execute, kernel_name, notebook_meta, redact_secrets, resolve_parameters
 from mirl.runner.fingerprint import digest, flatten
@@ -318,8 +321,10 @@ def export_html(notebook: Path) -> Path | None:
     import nbconvert
     import nbformat
 
+    exporter = nbconvert.HTMLExporter()
+    exporter.log.setLevel(logging.ERROR)  # not a warning per figure without alt text
     try:
-        body, _ = nbconvert.HTMLExporter().from_notebook_node(nbformat.read(str(notebook), as_version=4))
+        body, _ = exporter.from_notebook_node(nbformat.read(str(notebook), as_version=4))
     except Exception as e:  # noqa: BLE001 - the report page links what exists
         print(f"warning: no HTML export of {notebook}: {type(e).__name__}: {e}", file=sys.stderr)
         return None
@@ -381,7 +386,7 @@ def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
             line = LiveLine(prefix, progress, out, spec.line_every_s)
             t0 = time.monotonic()
             error: BaseException | None = None
-            with open(log_path, "a", encoding="utf-8") as log, _kernel_env({ENV: "file"}), _stderr_to(log):
+            with open(log_path, "a", encoding="utf-8") as log, _kernel_env({ENV: "file", nbrun.LOG_ENV: str(log_path.resolve())}), _stderr_to(log):
                 log.write(f"=== {started} stage {nb.label}: {nb.path} (kernel {kernel}, params {own}) ===\n")
                 log.flush()
                 line.start()

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KERNEL = "mirl"
+LOG_ENV = "MIRL_LOG_FILE"
 RESERVED = ("run_name", "runs_root", "reports_root", "force")
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
 
@@ -153,12 +154,26 @@ def run_dirs(namespace: dict[str, Any]) -> tuple[Path, Path]:
     from mirl import plotstyle
 
     plotstyle.apply()
+    log_to_file()
     run = str(namespace.get("run_name", "demo"))
     data = Path(namespace.get("runs_root", "runs")) / run
     reports = Path(namespace.get("reports_root", "reports")) / run
     data.mkdir(parents=True, exist_ok=True)
     reports.mkdir(parents=True, exist_ok=True)
     return data, reports
+
+
+def log_to_file() -> None:
+    """Under `mirl batch` ($MIRL_LOG_FILE set for the kernel): mirl's log records, INFO and up, go to the
+    stage's log file instead of the cells, so an executed notebook stays small and the log complete."""
+    path = os.environ.get(LOG_ENV, "")
+    logger = logging.getLogger("mirl")
+    if not path or any(getattr(h, "baseFilename", None) == str(Path(path).resolve()) for h in logger.handlers):
+        return
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 def redact_secrets(path: Path) -> int:

@@ -38,6 +38,7 @@ def stage_body(stage: str, **kw) -> str:
     return (f"print('hello from {stage}')\n"
             "import logging\nlogging.getLogger('tiny').warning('a warning for the log')\n"
             f"summary = tiny_stage.run(globals(), {stage!r}{', ' + args if args else ''})\n"
+            "logging.getLogger('mirl.tiny').info('an info record for the log')\n"
             "summary['done']")
 
 
