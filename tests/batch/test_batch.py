@@ -215,6 +215,9 @@ def test_progress_line_and_log_file(tmp_path, mirl_kernel):
     streams = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", [])
                       if o.get("output_type") == "stream")
     assert "item/s" not in streams and "%|" not in streams, "a progress bar was drawn into the notebook"
+    bars = [o for c in executed["cells"] for o in c.get("outputs", [])
+            if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert not bars, "a progress widget was drawn into the notebook"
     assert re.search(r"^\d\d:\d\d:\d\d INFO mirl.tiny: an info record for the log$", log, re.M), log
     assert "an info record" not in streams, "mirl's log records went into the cells"
 
