@@ -11,7 +11,7 @@ import importlib
 import logging
 import sys
 
-COMMANDS = ["tasks", "image", "rollout", "detect", "run", "train"]
+COMMANDS = ["tasks", "image", "rollout", "detect", "run", "batch", "train"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -26,7 +26,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from mirl import params as pipeline
 from mirl.config import ParamsError, help_text
@@ -34,6 +34,8 @@ from mirl.config import ParamsError, help_text
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+KERNEL = "mirl"
+LOG_ENV = "MIRL_LOG_FILE"
 RESERVED = ("run_name", "runs_root", "reports_root", "force")
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
 
@@ -48,9 +50,21 @@ class RunSpec:
     overrides: dict[str, Any] = field(default_factory=dict, metadata={"help": "SECTION.KEY=VALUE overrides, after the file"})
     runs_root: Path = field(default=Path("runs"), metadata={"help": "where run data goes"})
     reports_root: Path = field(default=Path("reports"), metadata={"help": "where executed notebooks and figures go"})
-    kernel: str = field(default="python3", metadata={"help": "Jupyter kernel name"})
+    kernel: str = field(default="", metadata={"help": "Jupyter kernel name; empty: `mirl` when registered, else python3"})
     cell_timeout_s: int = field(default=3600, metadata={"help": "seconds one cell may run before the run fails"})
     force: bool = field(default=False, metadata={"help": "overwrite the stage's outputs made with other params"})
+
+
+def kernel_name(requested: str = "") -> str:
+    """The kernel notebooks run on: `requested`, else $MIRL_KERNEL, else `mirl` (the kernel
+    `scripts/setup.sh` registers for its venv, which the notebooks' metadata names) when registered,
+    else python3, which papermill starts with this very interpreter (so the same mirl either way)."""
+    name = requested or os.environ.get("MIRL_KERNEL", "")
+    if name:
+        return name
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    return KERNEL if KERNEL in KernelSpecManager().find_kernel_specs() else "python3"
 
 
 def notebook_meta(path: Path) -> dict[str, Any]:
@@ -136,13 +150,30 @@ def notebook_params(namespace: dict[str, Any], stage: str | None = None) -> pipe
 
 
 def run_dirs(namespace: dict[str, Any]) -> tuple[Path, Path]:
-    """Inside a notebook: (runs/<run>, reports/<run>), created."""
+    """Inside a notebook: (runs/<run>, reports/<run>), created; the report style (`mirl.plotstyle`) applied."""
+    from mirl import plotstyle
+
+    plotstyle.apply()
+    log_to_file()
     run = str(namespace.get("run_name", "demo"))
     data = Path(namespace.get("runs_root", "runs")) / run
     reports = Path(namespace.get("reports_root", "reports")) / run
     data.mkdir(parents=True, exist_ok=True)
     reports.mkdir(parents=True, exist_ok=True)
     return data, reports
+
+
+def log_to_file() -> None:
+    """Under `mirl batch` ($MIRL_LOG_FILE set for the kernel): mirl's log records, INFO and up, go to the
+    stage's log file instead of the cells, so an executed notebook stays small and the log complete."""
+    path = os.environ.get(LOG_ENV, "")
+    logger = logging.getLogger("mirl")
+    if not path or any(getattr(h, "baseFilename", None) == str(Path(path).resolve()) for h in logger.handlers):
+        return
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 def redact_secrets(path: Path) -> int:
@@ -161,8 +192,11 @@ def redact_secrets(path: Path) -> int:
     return hits
 
 
-def execute(spec: RunSpec) -> Path:
-    """Run one notebook with papermill; returns the executed notebook's path."""
+def execute(spec: RunSpec, log_file: TextIO | None = None) -> Path:
+    """Run one notebook with papermill; returns the executed notebook's path.
+
+    With `log_file`, the kernel's stdout and stderr go to that file instead of this process's log (the
+    way `mirl batch` keeps papermill from relaying every progress frame as a warning)."""
     import papermill
 
     parameters, _ = resolve_parameters(spec)  # fail before any kernel starts
@@ -176,9 +210,9 @@ def execute(spec: RunSpec) -> Path:
     log.info("running %s -> %s", notebook.name, output)
     try:
         papermill.execute_notebook(
-            str(notebook), str(output), parameters=parameters, kernel_name=spec.kernel,
-            cwd=str(Path.cwd()), execution_timeout=spec.cell_timeout_s, progress_bar=True,
-            log_output=True, report_mode=False,
+            str(notebook), str(output), parameters=parameters, kernel_name=kernel_name(spec.kernel),
+            cwd=str(Path.cwd()), execution_timeout=spec.cell_timeout_s, progress_bar=log_file is None,
+            log_output=log_file is None, stdout_file=log_file, stderr_file=log_file, report_mode=False,
         )
     finally:
         hits = redact_secrets(output)

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The main job, from nothing:   bash scripts/demo.sh [RUN_NAME]
-# Runs every stage notebook headless (papermill) on the embedded default (params/demo.yaml):
-# data in runs/<RUN_NAME>/, executed notebooks and figures in reports/<RUN_NAME>/.
+# The main job, from nothing:   bash scripts/demo.sh [RUN_NAME [mirl batch options...]]
+# Set-up, then every stage notebook headless (`mirl batch`, papermill) on the embedded default
+# (params/demo.yaml): data in runs/<RUN_NAME>/, executed notebooks, figures, tables, logs and
+# index.html in reports/<RUN_NAME>/. Run it again after a kill or a failure: finished stages are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --system
 VENV=${MIRL_VENV:-.venv}
 export PATH="$PWD/$VENV/bin:$PATH"
-exec mirl run notebooks/[0-9]*.ipynb --params params/demo.yaml --name "${1:-demo}"
+name=${1:-demo}
+[ $# -gt 0 ] && shift
+exec mirl batch --params params/demo.yaml --name "$name" "$@"

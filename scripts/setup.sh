@@ -50,6 +50,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ]; then
   echo "$hash" > "$stamp"
 fi
 
+# --- the Jupyter kernel the notebooks name (kernelspec `mirl`), inside this venv: `jupyter lab` from the venv
+#     offers it, and `mirl run`/`mirl batch` start it, so notebooks never run on another Python by accident
+KERNEL=${MIRL_KERNEL:-mirl}
+if [ ! -f "$VENV/share/jupyter/kernels/$KERNEL/kernel.json" ] || ! grep -q "$(cd "$VENV" && pwd)/bin/python" "$VENV/share/jupyter/kernels/$KERNEL/kernel.json"; then
+  say "registering the Jupyter kernel '$KERNEL' ($VENV)"
+  "$PY" -m ipykernel install --sys-prefix --name "$KERNEL" --display-name "Python (mirl, $VENV)" >/dev/null
+fi
+
 # --- the local base image (root filesystem for bwrap, imported image for podman), built once and cached
 if [ "$want_system" = 1 ] && [ "$(id -u)" = 0 ] && command -v debootstrap >/dev/null; then
   "$VENV/bin/mirl" image build

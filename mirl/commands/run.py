@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-p", "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override one parameter, e.g. profiling.max_tasks=3 or models.policy.temperature=1.0")
     p.add_argument("--force", action="store_true", help="overwrite stage outputs that were made with other params")
-    p.add_argument("--kernel", default="python3", help="Jupyter kernel (default python3)")
+    p.add_argument("--kernel", default="", help="Jupyter kernel (default: `mirl`, registered by scripts/setup.sh, else python3)")
     p.add_argument("--cell-timeout", type=int, default=3600, help="seconds a cell may run")
     p.add_argument("--check", action="store_true", help="only validate parameters, run nothing")
     p.set_defaults(func=_run)

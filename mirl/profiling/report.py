@@ -10,6 +10,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.ticker import MaxNLocator
 
+from mirl import plotstyle
 from mirl.jsonl import read_jsonl
 
 
@@ -70,7 +71,7 @@ def examples(errors: pd.DataFrame, n: int = 8, width: int = 90) -> pd.DataFrame:
 
 def profile_figure(env: pd.DataFrame, first: pd.Series, detectors: pd.Series, spend: pd.DataFrame):
     """One figure, four panels: flag rate per env, first error index, flags per detector, spend per role."""
-    sns.set_theme(style="whitegrid", context="notebook")
+    plotstyle.apply()
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     ax = axes[0, 0]
     if not env.empty:

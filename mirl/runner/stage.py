@@ -19,7 +19,7 @@ The runner owns: the run directory layout (`mirl.runner.layout`), the params fin
 (`mirl.runner.fingerprint`), resume by item key (finished items are skipped, records a stage asks
 to redo are removed first, an item is never written twice, a torn last line from a kill is cut),
 local threads or Ray through one loop that keeps `workers` items in flight, the progress bar with
-the stage's own fields, the stage budget (no new item once the stage's LLM spend reaches it; an item
+the stage's own fields (or, under `mirl batch`, `progress.json`: `mirl.runner.progress`), the stage budget (no new item once the stage's LLM spend reaches it; an item
 stopped by it stays unfinished for the next run), atomic rewrites, and `summary.json` with the
 ledger summary of the stage's LLM calls.
 """
@@ -38,6 +38,7 @@ from mirl.llm.errors import BudgetExceeded
 from mirl.runner.executor import make_executor
 from mirl.runner.fingerprint import check_or_store, stored_digest
 from mirl.runner.layout import RunDir, atomic_write_json, atomic_write_jsonl
+from mirl.runner.progress import PROGRESS, Progress
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +204,6 @@ def _loop(stage: Stage, pending: list[Item], show: bool) -> tuple[str | None, in
     """Keep `workers` items in flight; write each finished record; stop submitting on a budget stop."""
     if not pending:
         return None, 0, 0
-    from tqdm.auto import tqdm
-
     from mirl.llm.ledger import open_ledger
 
     ledger = open_ledger(stage.run.root)
@@ -214,7 +213,8 @@ def _loop(stage: Stage, pending: list[Item], show: bool) -> tuple[str | None, in
     inflight: dict[Future, Item] = {}
     stopped: str | None = None
     lost = new = 0
-    bar = tqdm(total=len(pending), disable=not show, desc=stage.name or "items", unit="item")
+    bar = Progress(total=len(pending), disable=not show, desc=stage.name or "items", unit="item",
+                   path=stage.out / PROGRESS if show else None)
     try:
         with JsonlWriter(stage.records_path) as writer:
             while queue or inflight:

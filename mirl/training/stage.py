@@ -33,6 +33,7 @@ from mirl.jsonl import JsonlWriter, read_jsonl
 from mirl.llm.errors import BudgetExceeded
 from mirl.runner.fingerprint import check_or_store
 from mirl.runner.layout import atomic_write_json, atomic_write_jsonl
+from mirl.runner.progress import PROGRESS, Progress
 from mirl.runner.stage import Stage, StageError, check_inputs, ledger_summary
 from mirl.training import checkpoints as ckpt
 from mirl.training.advantages import Group, batch_advantages, is_dead
@@ -349,8 +350,6 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
     """Train until `training.steps` steps are done (or the budget stops it); returns the summary.
 
     `on_step(row)` is called with each step's metrics row (the notebook plots from it)."""
-    from tqdm.auto import tqdm
-
     from mirl.llm.client import LLMClient
     from mirl.llm.ledger import open_ledger
 
@@ -378,7 +377,8 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
     player = stage.player(client, misbehaviors, envs=[s.env for s in pool])
     ledger = open_ledger(run.root)
     stopped = None
-    bar = tqdm(total=t.steps, initial=done, disable=not progress, desc=STAGE, unit="step")
+    bar = Progress(total=t.steps, initial=done, disable=not progress, desc=STAGE, unit="step",
+                   path=stage.out / PROGRESS if progress else None)
     try:
         with JsonlWriter(stage.out / METRICS) as metrics, JsonlWriter(stage.out / ROLLOUTS) as rollouts:
             for step in range(done + 1, t.steps + 1):

@@ -1,0 +1,448 @@
+"""`mirl batch`: the pipeline's stage notebooks, in order, headless, resumable.
+
+    mirl batch --params params/demo.yaml --name demo [--from 02] [--to prefixes] [--force]
+
+The pipeline is every `notebooks/NN_*.ipynb` whose metadata names its stage (`metadata.mirl.stage`),
+in file-name order. Each runs with papermill on an explicit kernel (`mirl.notebook.kernel_name`),
+in the working directory, with a per-cell timeout, reading the earlier stages' outputs from
+`runs/<name>/`. All notebooks' parameters are validated before the first kernel starts.
+
+`runs/<name>/batch.json` remembers, per stage, the digest of the notebook's resolved parameters,
+the stored digests of the stages before it, and whether the stage completed. A stage is skipped
+when that record says complete with the same digests, its `summary.json` says complete, and its
+executed notebook is in `reports/<name>/`. So a rerun after a kill (or a fix) starts at the first
+unfinished stage, and the stage itself resumes by item key; changed params rerun the stage and every
+stage after it (the stage refuses outputs made with other params unless `--force`).
+
+The first failure stops the batch, naming the notebook, the cell and the error (a kernel that died
+is reported as such). While a stage runs, its kernel has `MIRL_PROGRESS=file`: the runner writes
+`runs/<name>/<stage>/progress.json` instead of drawing a bar, and this process redraws one line per
+stage from it (in place on a terminal, a line every ~10 s otherwise). The kernel's stdout and stderr
+go to `reports/<name>/logs/<stage>.log`, and so do mirl's log records in the kernel
+(`MIRL_LOG_FILE`, `mirl.notebook.log_to_file`); each executed notebook is also exported to HTML, and
+`reports/<name>/index.html` (`mirl.report_index`) is rewritten after every stage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from mirl import notebook as nbrun
+from mirl.config import ParamsError
+from mirl.notebook import RESERVED, RunSpec, execute, kernel_name, notebook_meta, redact_secrets, resolve_parameters
+from mirl.runner.fingerprint import digest, flatten
+from mirl.runner.layout import RunDir, atomic_write_json
+from mirl.runner.progress import ENV, PROGRESS
+
+STATE = "batch.json"
+LOCK = ".batch.lock"
+NOTEBOOK_NAME = re.compile(r"^(\d\d)_.+\.ipynb$")
+
+
+class BatchError(RuntimeError):
+    """A batch that cannot start as asked (bad stage name, another batch on the run); says what to do."""
+
+
+@dataclass(frozen=True)
+class Notebook:
+    number: str  # "01"
+    stage: str   # "profiling": the params section and runs/<name>/<stage>
+    path: Path
+
+    @property
+    def label(self) -> str:
+        return f"{self.number} {self.stage}"
+
+
+def discover(directory: str | Path) -> list[Notebook]:
+    """The pipeline: `NN_*.ipynb` under `directory` naming a stage in their metadata, in name order."""
+    directory = Path(directory)
+    out: list[Notebook] = []
+    for path in sorted(directory.glob("[0-9][0-9]_*.ipynb")):
+        m = NOTEBOOK_NAME.match(path.name)
+        if not m:
+            continue
+        out.append(Notebook(m.group(1), notebook_meta(path)["stage"], path))
+    seen: dict[str, Path] = {}
+    for nb in out:
+        if nb.stage in seen:
+            raise ParamsError(f"{nb.path}: stage {nb.stage!r} is already run by {seen[nb.stage]}")
+        seen[nb.stage] = nb.path
+    if not out:
+        raise ParamsError(f"{directory}: no stage notebooks (NN_name.ipynb with metadata.mirl.stage)")
+    return out
+
+
+def find(notebooks: list[Notebook], which: str) -> int:
+    """The index of the stage named `which`: a stage name, or its number (`2` or `02`)."""
+    for i, nb in enumerate(notebooks):
+        if which == nb.stage or (which.isdigit() and int(which) == int(nb.number)):
+            return i
+    choices = ", ".join(f"{nb.number} ({nb.stage})" for nb in notebooks)
+    raise BatchError(f"no stage {which!r} in the pipeline; stages: {choices}")
+
+
+def select(notebooks: list[Notebook], first: str | None, last: str | None) -> list[Notebook]:
+    lo = find(notebooks, first) if first else 0
+    hi = find(notebooks, last) if last else len(notebooks) - 1
+    if lo > hi:
+        raise BatchError(f"--from {first} comes after --to {last} in the pipeline")
+    return notebooks[lo:hi + 1]
+
+
+@dataclass
+class BatchSpec:
+    params_file: Path | None
+    run_name: str = "demo"
+    overrides: dict[str, Any] = field(default_factory=dict)
+    notebooks_dir: Path = Path("notebooks")
+    runs_root: Path = Path("runs")
+    reports_root: Path = Path("reports")
+    kernel: str = ""  # "": the registered `mirl` kernel, else this interpreter's python3
+    cell_timeout_s: int = 3600
+    force: bool = False
+    first: str | None = None
+    last: str | None = None
+    line_every_s: float | None = None  # None: 0.5 s in place on a terminal, 10 s otherwise
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.runs_root) / self.run_name
+
+    @property
+    def reports_dir(self) -> Path:
+        return Path(self.reports_root) / self.run_name
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    ran: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: str | None = None
+    message: str = ""
+
+
+# --- state ------------------------------------------------------------------------------------
+
+
+def read_state(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / STATE
+    if not path.exists():
+        return {"stages": {}}
+    try:
+        state = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise BatchError(f"{path}: not valid JSON ({e}); delete it to start the batch's bookkeeping afresh") from e
+    state.setdefault("stages", {})
+    return state
+
+
+def params_digest(parameters: dict[str, Any]) -> str:
+    """The digest of a notebook's resolved parameters (the run's name, roots and --force left out)."""
+    return digest(flatten({k: v for k, v in parameters.items() if k not in RESERVED}))
+
+
+def stage_digest(own: str, inputs: dict[str, str | None]) -> str:
+    return digest(flatten({"params": own, "inputs": inputs}))
+
+
+def skip_reason(nb: Notebook, entry: dict[str, Any] | None, want: str, run: RunDir, reports: Path) -> str | None:
+    """Why `nb` can be skipped (None: it must run)."""
+    if not entry or entry.get("digest") != want or not entry.get("complete"):
+        return None
+    summary = run.read_summary(nb.stage)
+    if not summary or not summary.get("complete"):
+        return None
+    if not (reports / nb.path.name).exists():
+        return None
+    return "complete with the same params"
+
+
+# --- the live line ------------------------------------------------------------------------------
+
+
+def clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def progress_line(prefix: str, progress: dict[str, Any] | None, elapsed: float) -> str:
+    """`[2/4] 02 taxonomy  12/40 items  3.10 item/s  ETA 0:09  flags=3  (0:04)`."""
+    if not progress:
+        return f"{prefix}  starting  ({clock(elapsed)})"
+    unit = progress.get("unit") or "item"
+    parts = [prefix]
+    desc = progress.get("desc")
+    if desc and not prefix.endswith(desc):
+        parts.append(f"[{desc}]")
+    parts.append(f"{progress.get('done', 0)}/{progress.get('total', '?')} {unit}s")
+    rate = progress.get("rate") or 0.0
+    parts.append(f"{rate:.2f} {unit}/s" if rate >= 0.1 or rate == 0 else f"{1 / rate:.1f} s/{unit}")
+    parts.append(f"ETA {clock(progress.get('eta_s'))}")
+    parts += [f"{k}={v}" for k, v in (progress.get("fields") or {}).items()]
+    return "  ".join(parts) + f"  ({clock(elapsed)})"
+
+
+class LiveLine(threading.Thread):
+    """Polls a stage's progress file and redraws its line until stopped."""
+
+    def __init__(self, prefix: str, path: Path, out: TextIO, every_s: float | None):
+        super().__init__(daemon=True)
+        self.prefix, self.path, self.out = prefix, path, out
+        self.tty = bool(getattr(out, "isatty", lambda: False)())
+        self.every_s = every_s if every_s is not None else (0.5 if self.tty else 10.0)
+        self.t0 = time.monotonic()
+        self._stop_event = threading.Event()
+        self.last = ""
+
+    def read(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.every_s):
+            self.draw()
+
+    def draw(self) -> None:
+        self.last = progress_line(self.prefix, self.read(), time.monotonic() - self.t0)
+        if self.tty:
+            self.out.write("\r" + self.last + "\x1b[K")
+        else:
+            self.out.write(self.last + "\n")
+        self.out.flush()
+
+    def finish(self, text: str) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join()
+        self.out.write(("\r" + text + "\x1b[K\n") if self.tty else text + "\n")
+        self.out.flush()
+
+
+# --- running ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _kernel_env(values: dict[str, str]):
+    """Environment variables the kernel inherits (it is started from this process)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _stderr_to(log: TextIO):
+    """File descriptor 2 into the stage's log while its kernel runs: the kernel process inherits it, so
+    what it writes outside any cell (start-up warnings, native libraries, a crash) lands there too."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+@contextlib.contextmanager
+def _lock(run_dir: Path):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / LOCK, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            raise BatchError(f"another `mirl batch` is running on {run_dir} (wait for it, or use another --name)") from e
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        yield
+
+
+def failure_text(nb: Notebook, error: BaseException, output: Path, timeout_s: int) -> str:
+    """One paragraph: which notebook, which cell, what went wrong."""
+    import nbclient.exceptions as nbx
+    import papermill
+
+    if isinstance(error, papermill.PapermillExecutionError):
+        what = f"failed in cell {error.exec_count}: {error.ename}: {error.evalue}"
+    elif isinstance(error, nbx.DeadKernelError):
+        what = f"the kernel died while running {_running_cell(output)} ({error}); a cell that exits the " \
+               "process, a crash in native code, or the machine running out of memory (dmesg says which)"
+    elif isinstance(error, nbx.CellTimeoutError):
+        what = f"{_running_cell(output)} ran longer than the cell timeout ({timeout_s} s; raise it with --cell-timeout)"
+    else:
+        what = f"could not run: {type(error).__name__}: {error}"
+    return f"stage {nb.label} ({nb.path}) {what}"
+
+
+def _running_cell(output: Path) -> str:
+    """The cell that was running when the kernel went away, from papermill's cell metadata."""
+    try:
+        cells = json.loads(output.read_text())["cells"]
+    except (OSError, ValueError, KeyError):
+        return "a cell"
+    started = [(i, c) for i, c in enumerate(cells) if (c.get("metadata", {}).get("papermill") or {}).get("start_time")]
+    if not started:
+        return "a cell"
+    i, cell = started[-1]
+    first = "".join(cell.get("source", "")).strip().splitlines()[:1]
+    count = cell.get("execution_count")
+    return f"cell {count if count is not None else f'#{i + 1}'}" + (f" ({first[0][:60]!r})" if first else "")
+
+
+def export_html(notebook: Path) -> Path | None:
+    """The executed notebook as HTML beside it (images embedded); None when nbconvert cannot."""
+    import nbconvert
+    import nbformat
+
+    exporter = nbconvert.HTMLExporter()
+    exporter.log.setLevel(logging.ERROR)  # not a warning per figure without alt text
+    try:
+        body, _ = exporter.from_notebook_node(nbformat.read(str(notebook), as_version=4))
+    except Exception as e:  # noqa: BLE001 - the report page links what exists
+        print(f"warning: no HTML export of {notebook}: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+    html = notebook.with_suffix(".html")
+    html.write_text(body, encoding="utf-8")
+    redact_secrets(html)
+    return html
+
+
+def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
+    """Run (or skip) each selected stage in order; stop at the first failure. Prints to `out`."""
+    from mirl import params as pipeline
+    from mirl.report_index import write_index
+
+    out = out or sys.stdout
+    pipeline_nbs = discover(spec.notebooks_dir)
+    chosen = select(pipeline_nbs, spec.first, spec.last)
+    kernel = kernel_name(spec.kernel)
+    resolved: dict[str, dict[str, Any]] = {}
+    for nb in pipeline_nbs:  # every stage's params checked (and digested) before any kernel starts
+        resolved[nb.stage], _ = resolve_parameters(_run_spec(spec, nb, kernel, spec.force))
+    raw = pipeline.apply_overrides(pipeline.read_file(spec.params_file), spec.overrides)
+    run, reports = RunDir(spec.run_dir), spec.reports_dir
+    outcome = Outcome(ok=True)
+    with _lock(spec.run_dir):
+        state = read_state(spec.run_dir)
+        state.update(run=spec.run_name, params_file=str(spec.params_file or ""), kernel=kernel,
+                     notebooks=[{"number": nb.number, "stage": nb.stage, "notebook": str(nb.path)} for nb in pipeline_nbs])
+        state_path = spec.run_dir / STATE
+        print(f"batch {spec.run_name}: {len(chosen)} stage(s) ({', '.join(nb.label for nb in chosen)}), "
+              f"kernel {kernel}, data in {spec.run_dir}, reports in {reports}", file=out, flush=True)
+        t_batch = time.monotonic()
+        for n, nb in enumerate(chosen, 1):
+            prefix = f"[{n}/{len(chosen)}] {nb.label}"
+            before = pipeline_nbs[:pipeline_nbs.index(nb)]
+            inputs = {b.stage: state["stages"].get(b.stage, {}).get("digest") for b in before}
+            own = params_digest(resolved[nb.stage])
+            want = stage_digest(own, inputs)
+            entry = state["stages"].get(nb.stage)
+            previous = dict(entry or {})
+            why = skip_reason(nb, entry, want, run, reports)
+            if why:
+                print(f"{prefix}  skipped: {why} ({run.stage_dir(nb.stage)})", file=out, flush=True)
+                outcome.skipped.append(nb.stage)
+                continue
+            # overwrite only outputs made with other params; a stage resumed with its own params keeps its items
+            force = spec.force and not (entry and entry.get("digest") == want)
+            started = datetime.now(UTC).isoformat(timespec="seconds")
+            state["stages"][nb.stage] = {"number": nb.number, "notebook": nb.path.name, "params_digest": own,
+                                         "inputs": inputs, "digest": want, "complete": False, "status": "running",
+                                         "started": started, "elapsed_s": None, "error": None, "forced": force}
+            atomic_write_json(state_path, state)
+            progress = run.file(nb.stage, PROGRESS)
+            progress.unlink(missing_ok=True)
+            logs = reports / "logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            log_path = logs / f"{nb.stage}.log"
+            output = reports / nb.path.name
+            line = LiveLine(prefix, progress, out, spec.line_every_s)
+            t0 = time.monotonic()
+            error: BaseException | None = None
+            with open(log_path, "a", encoding="utf-8") as log, _kernel_env({ENV: "file", nbrun.LOG_ENV: str(log_path.resolve())}), _stderr_to(log):
+                log.write(f"=== {started} stage {nb.label}: {nb.path} (kernel {kernel}, params {own}) ===\n")
+                log.flush()
+                line.start()
+                try:
+                    execute(_run_spec(spec, nb, kernel, force), log_file=log)
+                except Exception as e:  # noqa: BLE001 - reported below, with the notebook and the cell
+                    error = e
+                log.write(f"=== {'failed' if error else 'finished'} after {time.monotonic() - t0:.1f} s ===\n")
+            redact_secrets(log_path)
+            elapsed = round(time.monotonic() - t0, 3)
+            entry = state["stages"][nb.stage]
+            entry["elapsed_s"] = elapsed
+            if output.exists():
+                export_html(output)
+            if error is not None:
+                text = failure_text(nb, error, output, spec.cell_timeout_s)
+                entry.update(status="failed", error=text)
+                if getattr(error, "ename", "") == "ParamsMismatch":  # refused: its outputs are still the old ones
+                    entry["digest"] = previous.get("digest")
+                line.finish(f"{prefix}  FAILED after {clock(elapsed)}")
+                outcome.ok, outcome.failed = False, nb.stage
+                outcome.message = (f"error: {text}\n  the partly executed notebook: {output}\n  the kernel's log: "
+                                   f"{log_path}\n  fix it and run the same command again: finished stages are skipped")
+            else:
+                summary = run.read_summary(nb.stage)
+                complete = bool(summary and summary.get("complete"))
+                entry.update(status="complete" if complete else "incomplete", complete=complete)
+                line.finish(f"{prefix}  {'done' if complete else 'stopped'} in {clock(elapsed)}"
+                            + _headline(summary))
+                outcome.ran.append(nb.stage)
+                if not complete:
+                    why = (summary or {}).get("stopped") or f"no complete summary.json in {run.stage_dir(nb.stage)}"
+                    entry["error"] = f"not complete: {why}"
+                    outcome.ok, outcome.failed = False, nb.stage
+                    outcome.message = (f"error: stage {nb.label} ran but did not finish ({why}); later stages "
+                                       f"were not run. Run the same command again to continue it.")
+            atomic_write_json(state_path, state)
+            write_index(spec.run_dir, reports, state, raw)
+            if not outcome.ok:
+                break
+        if outcome.ok:
+            write_index(spec.run_dir, reports, state, raw)
+            print(f"batch {spec.run_name}: {len(outcome.ran)} ran, {len(outcome.skipped)} skipped, "
+                  f"{clock(time.monotonic() - t_batch)}; report: {reports / 'index.html'}", file=out, flush=True)
+    return outcome
+
+
+def _headline(summary: dict[str, Any] | None) -> str:
+    if not summary:
+        return ""
+    keys = [k for k in ("done", "planned", "new", "lost") if isinstance(summary.get(k), (int, float))]
+    return ("  (" + ", ".join(f"{k} {summary[k]}" for k in keys) + ")") if keys else ""
+
+
+def _run_spec(spec: BatchSpec, nb: Notebook, kernel: str, force: bool) -> RunSpec:
+    return RunSpec(notebook=nb.path, run_name=spec.run_name, params_file=spec.params_file, overrides=spec.overrides,
+                   runs_root=Path(spec.runs_root), reports_root=Path(spec.reports_root), kernel=kernel,
+                   cell_timeout_s=spec.cell_timeout_s, force=force)
+

@@ -1,0 +1,46 @@
+"""`mirl batch --params FILE [--name RUN] [--from STAGE] [--to STAGE] [--force]`: the whole pipeline, resumable."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("batch", help="run the pipeline's stage notebooks in order, headless; resumes where it stopped",
+                       description="Run notebooks/NN_*.ipynb in order with papermill; a stage already complete "
+                                   "with the same params is skipped, the first failure stops the batch.")
+    p.add_argument("--params", help="params YAML: shared sections, then one per stage (params/demo.yaml)")
+    p.add_argument("--name", default="demo", help="run name: data in runs/NAME, reports in reports/NAME")
+    p.add_argument("--from", dest="first", metavar="STAGE", help="first stage to run: a name or number (02, taxonomy)")
+    p.add_argument("--to", dest="last", metavar="STAGE", help="last stage to run: a name or number")
+    p.add_argument("-p", "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one parameter, e.g. profiling.max_tasks=3")
+    p.add_argument("--force", action="store_true", help="overwrite stage outputs that were made with other params")
+    p.add_argument("--notebooks", default="notebooks", help="directory of the stage notebooks (default notebooks)")
+    p.add_argument("--kernel", default="", help="Jupyter kernel (default: `mirl`, registered by scripts/setup.sh, "
+                                                "else python3)")
+    p.add_argument("--cell-timeout", type=int, default=3600, help="seconds a cell may run (default 3600)")
+    p.set_defaults(func=_batch)
+
+
+def _batch(args) -> int:
+    from pathlib import Path
+
+    from mirl.batch import BatchError, BatchSpec, run_batch
+    from mirl.config import ParamsError
+    from mirl.params import parse_overrides
+
+    try:
+        spec = BatchSpec(params_file=Path(args.params) if args.params else None, run_name=args.name,
+                         overrides=parse_overrides(args.overrides), notebooks_dir=Path(args.notebooks),
+                         kernel=args.kernel, cell_timeout_s=args.cell_timeout, force=args.force,
+                         first=args.first, last=args.last)
+        outcome = run_batch(spec)
+    except (ParamsError, BatchError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not outcome.ok:
+        print(outcome.message, file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,233 @@
+"""`mirl batch` on synthetic stage notebooks: real papermill, a real `mirl` kernel, the real runner.
+
+Resume after a kill, skip on the same params and rerun on changed ones, --from/--to, the first
+failure (an exception, a kernel that dies), the live progress line and the per-stage log file.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from batch_pipeline import calls, child_env, stage_body, three_stages, write_notebook
+
+from mirl.batch import BatchError, BatchSpec, discover, progress_line, run_batch, select
+from mirl.notebook import KERNEL, kernel_name
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def spec(tmp_path: Path, notebooks: Path, **kw) -> BatchSpec:
+    return BatchSpec(params_file=None, run_name="t", notebooks_dir=notebooks, runs_root=tmp_path / "runs",
+                     reports_root=tmp_path / "reports", cell_timeout_s=120, **kw)
+
+
+def state(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "runs" / "t" / "batch.json").read_text())
+
+
+def done_items(lines: list[str], stage: str) -> list[int]:
+    return sorted(int(x.split()[2]) for x in lines if x.startswith(f"{stage} done "))
+
+
+def test_stages_by_name_or_number(tmp_path):
+    nbs = discover(three_stages(tmp_path / "nb"))
+    assert [(n.number, n.stage) for n in nbs] == [("01", "profiling"), ("02", "taxonomy"), ("03", "prefixes")]
+    assert [n.stage for n in select(nbs, "02", None)] == ["taxonomy", "prefixes"]
+    assert [n.stage for n in select(nbs, "profiling", "2")] == ["profiling", "taxonomy"]
+    assert [n.stage for n in select(nbs, "prefixes", "03")] == ["prefixes"]
+    with pytest.raises(BatchError, match=r"no stage '05'.*01 \(profiling\)"):
+        select(nbs, "05", None)
+    with pytest.raises(BatchError, match="comes after"):
+        select(nbs, "03", "01")
+
+
+def test_kernel_registered_at_install_is_the_one_notebooks_name(mirl_kernel, monkeypatch):
+    setup = (REPO / "scripts" / "setup.sh").read_text()
+    assert re.search(r"ipykernel install --sys-prefix --name \"\$KERNEL\"", setup)
+    assert re.search(r"KERNEL=\$\{MIRL_KERNEL:-" + KERNEL + r"\}", setup)
+    for path in sorted((REPO / "notebooks").glob("0[1-4]_*.ipynb")):
+        assert json.loads(path.read_text())["metadata"]["kernelspec"]["name"] == KERNEL, path
+    monkeypatch.delenv("MIRL_KERNEL", raising=False)
+    assert kernel_name() == KERNEL  # registered (under the fixture's JUPYTER_PATH)
+    monkeypatch.setenv("JUPYTER_PATH", str(Path(mirl_kernel).parent / "none"))
+    assert kernel_name() == "python3"  # not registered: papermill's python3 is this interpreter
+    assert kernel_name("other") == "other"
+
+
+@pytest.mark.slow
+def test_resume_after_a_kill_redoes_no_finished_stage(tmp_path, mirl_kernel):
+    notebooks = three_stages(tmp_path / "nb", hold_at=2, delay=0.1)
+    run = tmp_path / "runs" / "t"
+    run.mkdir(parents=True)
+    (run / "hold").write_text("")
+    cmd = [sys.executable, "-m", "mirl", "batch", "--name", "t", "--notebooks", str(notebooks), "--cell-timeout", "120"]
+    env = child_env(mirl_kernel)
+    log = open(tmp_path / "first.out", "w")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 150
+        while "taxonomy start 2" not in calls(run):  # stage 02 waits on its item 2
+            assert proc.poll() is None, (tmp_path / "first.out").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "first.out").read_text()
+            time.sleep(0.2)
+        time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        log.close()
+    before = calls(run)
+    assert state(tmp_path)["stages"]["taxonomy"]["status"] == "running"
+    assert done_items(before, "profiling") == [0, 1, 2] and "prefixes start 0" not in before
+    taxonomy_done = done_items(before, "taxonomy")
+    assert 2 not in taxonomy_done
+
+    (run / "hold").unlink()
+    second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=200)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert re.search(r"\[1/3\] 01 profiling  skipped", second.stdout)
+    after = calls(run)
+    assert done_items(after, "profiling") == [0, 1, 2], "finished stage redone"
+    assert done_items(after, "taxonomy") == sorted([*taxonomy_done, *[i for i in range(4) if i not in taxonomy_done]])
+    assert len(done_items(after, "taxonomy")) == 4, "a finished item was redone"
+    assert done_items(after, "prefixes") == [0, 1]
+    st = state(tmp_path)["stages"]
+    assert {s: (e["status"], e["complete"]) for s, e in st.items()} == {
+        s: ("complete", True) for s in ("profiling", "taxonomy", "prefixes")}
+    for name in ("01_profiling", "02_taxonomy_review", "03_prefix_filtering"):
+        assert (tmp_path / "reports" / "t" / f"{name}.ipynb").exists()
+        assert (tmp_path / "reports" / "t" / f"{name}.html").read_text().startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.slow
+def test_skip_on_same_params_rerun_on_changed(tmp_path, mirl_kernel):
+    notebooks = three_stages(tmp_path / "nb")
+    run = tmp_path / "runs" / "t"
+    first = run_batch(spec(tmp_path, notebooks), out=io.StringIO())
+    assert first.ok and first.ran == ["profiling", "taxonomy", "prefixes"]
+    n = len(calls(run))
+
+    out = io.StringIO()
+    again = run_batch(spec(tmp_path, notebooks), out=out)
+    assert again.ok and again.ran == [] and again.skipped == ["profiling", "taxonomy", "prefixes"]
+    assert len(calls(run)) == n, "a skipped stage ran"
+    assert out.getvalue().count("skipped: complete with the same params") == 3
+
+    # taxonomy's params change: profiling stays, taxonomy refuses its old outputs without --force
+    changed = spec(tmp_path, notebooks, overrides={"taxonomy.seed": 7})
+    refused = run_batch(changed, out=io.StringIO())
+    assert not refused.ok and refused.skipped == ["profiling"] and refused.failed == "taxonomy"
+    assert "made with other params" in refused.message and "settings.seed: 0 -> 7" in refused.message
+    assert len(calls(run)) == n
+
+    changed.force = True
+    forced = run_batch(changed, out=io.StringIO())
+    assert forced.ok and forced.skipped == ["profiling"] and forced.ran == ["taxonomy", "prefixes"]
+    new = calls(run)[n:]
+    assert done_items(new, "taxonomy") == [0, 1, 2, 3] and done_items(new, "prefixes") == [0, 1]
+    assert done_items(new, "profiling") == []
+    st = state(tmp_path)["stages"]
+    assert st["prefixes"]["inputs"]["taxonomy"] == st["taxonomy"]["digest"]
+
+    # the same changed params again: all skipped; a stage whose summary is no longer complete runs again
+    assert run_batch(changed, out=io.StringIO()).skipped == ["profiling", "taxonomy", "prefixes"]
+    summary = run / "taxonomy" / "summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "complete": False}))
+    resumed = run_batch(changed, out=io.StringIO())
+    assert resumed.ran == ["taxonomy"] and resumed.skipped == ["profiling", "prefixes"]
+
+
+@pytest.mark.slow
+def test_from_and_to(tmp_path, mirl_kernel):
+    notebooks = three_stages(tmp_path / "nb")
+    run = tmp_path / "runs" / "t"
+    only_first = run_batch(spec(tmp_path, notebooks, last="01"), out=io.StringIO())
+    assert only_first.ran == ["profiling"] and set(state(tmp_path)["stages"]) == {"profiling"}
+    middle = run_batch(spec(tmp_path, notebooks, first="taxonomy", last="taxonomy"), out=io.StringIO())
+    assert middle.ran == ["taxonomy"] and set(state(tmp_path)["stages"]) == {"profiling", "taxonomy"}
+    assert done_items(calls(run), "prefixes") == []
+    assert not (tmp_path / "reports" / "t" / "03_prefix_filtering.ipynb").exists()
+
+
+@pytest.mark.slow
+def test_first_failure_names_notebook_cell_and_error(tmp_path, mirl_kernel):
+    notebooks = three_stages(tmp_path / "nb")
+    broken = notebooks / "02_taxonomy_review.ipynb"
+    write_notebook(broken, "taxonomy", "x = 1\nraise ValueError('no error steps: 42')")
+    outcome = run_batch(spec(tmp_path, notebooks), out=io.StringIO())
+    assert not outcome.ok and outcome.ran == ["profiling"] and outcome.failed == "taxonomy"
+    executed = json.loads((tmp_path / "reports" / "t" / broken.name).read_text())
+    failing = [c for c in executed["cells"] if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    assert len(failing) == 1
+    assert f"stage 02 taxonomy ({broken}) failed in cell {failing[0]['execution_count']}: " \
+           "ValueError: no error steps: 42" in outcome.message
+    assert str(tmp_path / "reports" / "t" / "logs" / "taxonomy.log") in outcome.message
+    assert "prefixes" not in state(tmp_path)["stages"]
+    assert state(tmp_path)["stages"]["taxonomy"]["status"] == "failed"
+
+    three_stages(notebooks)  # fixed: the batch goes on from the failed stage
+    fixed = run_batch(spec(tmp_path, notebooks), out=io.StringIO())
+    assert fixed.ok and fixed.skipped == ["profiling"] and fixed.ran == ["taxonomy", "prefixes"]
+
+
+@pytest.mark.slow
+def test_a_kernel_that_dies_is_reported_as_such(tmp_path, mirl_kernel):
+    notebooks = three_stages(tmp_path / "nb")
+    write_notebook(notebooks / "02_taxonomy_review.ipynb", "taxonomy", "import os; os._exit(3)  # the kernel's own exit")
+    outcome = run_batch(spec(tmp_path, notebooks), out=io.StringIO())
+    assert not outcome.ok and outcome.failed == "taxonomy"
+    assert "the kernel died while running cell" in outcome.message
+    assert "import os; os._exit(3)" in outcome.message
+    assert state(tmp_path)["stages"]["taxonomy"]["status"] == "failed"
+    assert "prefixes" not in state(tmp_path)["stages"]
+
+
+@pytest.mark.slow
+def test_progress_line_and_log_file(tmp_path, mirl_kernel):
+    notebooks = tmp_path / "nb"
+    notebooks.mkdir()
+    write_notebook(notebooks / "01_profiling.ipynb", "profiling", stage_body("profiling", items=8, delay=0.5))
+    out = io.StringIO()
+    outcome = run_batch(spec(tmp_path, notebooks, line_every_s=0.25), out=out)
+    assert outcome.ok, outcome.message
+    text = out.getvalue()
+    live = re.findall(r"^\[1/1\] 01 profiling  (\d)/8 items  ([\d.]+) item/s  ETA (\d+:\d\d)  last=(\d)  \(\d+:\d\d\)$",
+                      text, re.M)
+    assert live, text
+    assert any(0 < int(done) < 8 and float(rate) > 0 for done, rate, _, _ in live), text
+    assert re.search(r"^\[1/1\] 01 profiling  done in \d+:\d\d  \(done 8, planned 8, new 8, lost 0\)$", text, re.M)
+    final = json.loads((tmp_path / "runs" / "t" / "profiling" / "progress.json").read_text())
+    assert (final["done"], final["total"], final["finished"], final["fields"]) == (8, 8, True, {"last": final["fields"]["last"]})
+
+    log = (tmp_path / "reports" / "t" / "logs" / "profiling.log").read_text()
+    assert "hello from profiling" in log and "a warning for the log" in log
+    executed = json.loads((tmp_path / "reports" / "t" / "01_profiling.ipynb").read_text())
+    streams = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", [])
+                      if o.get("output_type") == "stream")
+    assert "item/s" not in streams and "%|" not in streams, "a progress bar was drawn into the notebook"
+    bars = [o for c in executed["cells"] for o in c.get("outputs", [])
+            if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert not bars, "a progress widget was drawn into the notebook"
+    assert re.search(r"^\d\d:\d\d:\d\d INFO mirl.tiny: an info record for the log$", log, re.M), log
+    assert "an info record" not in streams, "mirl's log records went into the cells"
+
+
+def test_progress_line_format():
+    p = {"desc": "taxonomy", "unit": "item", "done": 12, "total": 40, "rate": 3.1, "eta_s": 9.0,
+         "fields": {"flags": 3}}
+    assert progress_line("[2/4] 02 taxonomy", p, 4.2) == \
+        "[2/4] 02 taxonomy  12/40 items  3.10 item/s  ETA 0:09  flags=3  (0:04)"
+    slow = {**p, "desc": "training", "unit": "step", "rate": 0.02, "eta_s": 3725}
+    assert progress_line("[4/4] 04 training", slow, 65) == \
+        "[4/4] 04 training  12/40 steps  50.0 s/step  ETA 1:02:05  flags=3  (1:05)"
+    assert progress_line("[1/2] 01 profiling", None, 3) == "[1/2] 01 profiling  starting  (0:03)"
