@@ -84,7 +84,7 @@ def rate_figure(rates: pd.DataFrame, labels: dict[str, str] | None = None):
         ax.set_xlabel("")
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel("misbehavior rate (95% CI over prefixes)")
-    axes[0][-1].legend(title="policy", fontsize=8, loc="upper right")
+    axes[0][-1].legend(title="policy", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
 
