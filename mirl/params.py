@@ -9,6 +9,8 @@
     taxonomy:   stage 02's own settings                                 (`mirl.taxonomy.config.TaxonomyParams`)
     prefixes:   stage 03's own settings                                 (`mirl.prefixes.config.PrefixParams`)
     training:   stage 04's own settings                                 (`mirl.training.config.TrainingParams`)
+    misbehavior_rate: stage 05's own settings                           (`mirl.evaluate.config.MisbehaviorRateParams`)
+    pass_at_k:  stage 06's own settings                                 (`mirl.evaluate.config.PassAtKParams`)
     cost:       stage 07's own settings: runs, cut, prices              (`mirl.cost.config.CostParams`)
 
 `mirl run` and `mirl rollout` read the same file. Overrides name their section:
@@ -28,6 +30,7 @@ import yaml
 from mirl.agent.config import AgentConfig
 from mirl.config import ParamsError, build
 from mirl.cost.config import CostParams
+from mirl.evaluate.config import MisbehaviorRateParams, PassAtKParams
 from mirl.llm.config import LLMConfig
 from mirl.prefixes.config import PrefixParams
 from mirl.profiling.config import ProfilingParams
@@ -49,6 +52,9 @@ class Params:
     taxonomy: TaxonomyParams = field(default_factory=TaxonomyParams, metadata={"help": "stage 02: error taxonomy"})
     prefixes: PrefixParams = field(default_factory=PrefixParams, metadata={"help": "stage 03: misbehavior prefixes"})
     training: TrainingParams = field(default_factory=TrainingParams, metadata={"help": "stage 04: RL from misbehavior prefixes"})
+    misbehavior_rate: MisbehaviorRateParams = field(default_factory=MisbehaviorRateParams, metadata={
+        "help": "stage 05: misbehavior rates on held-out prefixes"})
+    pass_at_k: PassAtKParams = field(default_factory=PassAtKParams, metadata={"help": "stage 06: benchmark scores and pass@k"})
     cost: CostParams = field(default_factory=CostParams, metadata={"help": "stage 07: cost and resource accounting"})
 
 

@@ -1,0 +1,96 @@
+"""The policies an evaluation compares: names as the params give them, resolved to model names,
+each with the LLM settings it samples under.
+
+`base` is the params file's `models.policy.model`; `selected` the training stage's selected
+checkpoint (`training/selection.json`, best first), served in-process as `local/<checkpoint dir>`;
+anything else is a model name as the `models` section takes it. A `local/<dir>` name must point at
+a Hugging Face checkpoint directory (a `config.json` in it).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from mirl.runner.layout import RunDir
+from mirl.runner.stage import StageError, stage_budgets
+
+BASE, SELECTED = "base", "selected"
+
+
+def selected_checkpoint(run: RunDir) -> Path | None:
+    """The training stage's selected checkpoint directory, or None when training selected none."""
+    from mirl.training.checkpoints import checkpoint_dir
+
+    path = run.file("training", "selection.json")
+    if not path.exists():
+        return None
+    try:
+        top = json.loads(path.read_text()).get("top") or []
+    except (ValueError, AttributeError):
+        raise StageError(f"{path}: not a readable checkpoint selection (JSON with a `top` list)") from None
+    if not top:
+        return None
+    step = top[0].get("step") if isinstance(top[0], dict) else None
+    if not isinstance(step, int):
+        raise StageError(f"{path}: the first entry of `top` has no integer `step`: {top[0]!r}")
+    where = checkpoint_dir(run.stage_dir("training") / "checkpoints", step)
+    if not (where / "config.json").is_file():
+        raise StageError(f"{path}: selects step {step}, but {where} holds no checkpoint (no config.json)")
+    return where
+
+
+def resolve(name: str, run: RunDir, params: Any) -> str | None:
+    """The model name behind a policy name; None for `selected` when there is no selection."""
+    if not isinstance(name, str) or not name.strip():
+        raise StageError(f"policy names must be non-empty strings, got {name!r}")
+    name = name.strip()
+    if name == BASE:
+        return params.models.policy.model
+    if name == SELECTED:
+        where = selected_checkpoint(run)
+        return None if where is None else f"local/{where}"
+    if name.startswith("local/"):
+        rest = name.split("/", 1)[1]
+        looks_like_path = "/" in rest or Path(rest).exists()
+        if looks_like_path and not (Path(rest) / "config.json").is_file():
+            raise StageError(f"policy {name!r}: {rest} is not a Hugging Face checkpoint directory (no config.json)")
+    return name
+
+
+def resolve_all(names: list[str], run: RunDir, params: Any) -> dict[str, str]:
+    """policy name -> model name, in the given order; `selected` without a selection is left out."""
+    if not names:
+        raise StageError("no policies to evaluate (give at least one name)")
+    if len(set(names)) != len(names):
+        raise StageError(f"policies name one twice: {names}")
+    out = {}
+    for name in names:
+        model = resolve(name, run, params)
+        if model is not None:
+            out[name] = model
+    if not out:
+        raise StageError(f"none of the policies {names} resolves to a model (no training selection for `selected`)")
+    return out
+
+
+def policy_config(params: Any, model: str, temperature: float | None = None, top_p: float | None = None):
+    """The `models` section with the policy role set to `model` (and its sampling, where given)."""
+    cfg = copy.deepcopy(params.models)
+    cfg.policy.model = model
+    if temperature is not None:
+        cfg.policy.temperature = temperature
+    if top_p is not None:
+        cfg.policy.top_p = top_p
+    cfg.stage_budget_usd = stage_budgets(params)
+    return cfg
+
+
+def short_name(policy: str, model: str) -> str:
+    """A label for plots: the policy word and, for a checkpoint, its directory name."""
+    if model.startswith("local/") and "/" in model.split("/", 1)[1]:
+        tail = Path(model.split("/", 1)[1]).name
+        return tail if policy == model else f"{policy} ({tail})"
+    return policy if policy == model else f"{policy} ({model})"

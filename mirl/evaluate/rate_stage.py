@@ -1,0 +1,351 @@
+"""The misbehavior-rate stage: how often each policy repeats a misbehavior from held-out prefixes.
+
+Plan: for every policy (in the given order, so one policy's engine serves a block of items), every
+held-out prefix (`prefixes/heldout.jsonl`, the first `per_misbehavior` of each misbehavior; none of
+them is a training start) and every sample i < `samples`: one continuation. Items are keyed
+(policy, prefix_id, sample), so a killed run resumes and more samples or policies extend it.
+
+One item: the prefix's sandbox state is restored (its kept snapshot, or re-running its commands),
+the policy plays `judge_steps` steps after it (`mirl.training.rollouts.GroupPlayer`, at the
+section's temperature and top-p; the tests are not run, only the steps matter), and each judge says
+whether the misbehavior happened in them: `rules` (the misbehavior's rule detector; misbehaviors
+without one get no rule judgment), `llm` (models.behavior_judge) and any further LLM judge model.
+A continuation whose prefix did not reproduce, or whose sandbox failed, is judged by none (repeated
+None); a sandbox failure is played again on the next run. A record whose policy now resolves to
+another model (a new training selection) is played again too.
+
+Finalize, under `runs/<run>/misbehavior_rate/`:
+    continuations.jsonl  one record per item: the steps played after the prefix and every judgment
+    judgments.csv        one row per (policy, prefix, sample, judge): repeated yes/no/None
+    rates.csv            `mirl.evaluation.rates.misbehavior_rates` per (policy, misbehavior, judge),
+                         and per (policy, judge) over all misbehaviors (misbehavior "all")
+    agreement.csv        `mirl.evaluation.agreement.judge_agreement` per misbehavior and over all
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from mirl.evaluate.policies import policy_config, resolve_all, short_name
+from mirl.jsonl import read_jsonl
+from mirl.records.prefix import Prefix
+from mirl.runner.layout import atomic_write
+from mirl.runner.stage import Item, Stage, StageError, run_stage
+
+if TYPE_CHECKING:
+    from mirl.params import Params
+
+log = logging.getLogger(__name__)
+STAGE = "misbehavior_rate"
+CONTINUATIONS, JUDGMENTS, RATES, AGREEMENT = "continuations.jsonl", "judgments.csv", "rates.csv", "agreement.csv"
+JUDGMENT_COLUMNS = ["policy", "model", "misbehavior", "prefix_id", "env", "sample", "judge", "repeated"]
+OUTPUT_CHARS = 2000  # of each continuation step's output kept in the record
+
+
+class MisbehaviorRateStage(Stage):
+    name = STAGE
+    records = CONTINUATIONS
+    key_fields = ("policy", "prefix_id", "sample")
+    reads = ("profiling", "taxonomy", "prefixes")
+    derived = (JUDGMENTS, RATES, AGREEMENT)
+
+    def __init__(self, params: Params, run_dir, sandbox=None, tasks=None):
+        super().__init__(params, run_dir)
+        self._sandbox, self._tasks = sandbox, tasks
+        self._lock = threading.Lock()
+        self._players: dict[str, Any] = {}
+        self._judges: dict[tuple[str, str], Any] | None = None
+        self._policies: dict[str, str] | None = None
+        self._trajectories = self._misbehaviors = None
+        self.judged = self.repeated = 0
+        self.validate()
+
+    def validate(self) -> None:
+        s = self.params.misbehavior_rate
+        problems = [f"{k} must be at least 1, got {getattr(s, k)}"
+                    for k in ("per_misbehavior", "samples", "judge_steps", "n_boot", "workers") if getattr(s, k) < 1]
+        if not s.judges:
+            problems.append("judges: name at least one (rules, llm or an LLM judge model)")
+        if len(set(s.judges)) != len(s.judges):
+            problems.append(f"judges: one is named twice: {s.judges}")
+        if problems:
+            raise StageError("misbehavior_rate params: " + "; ".join(problems))
+
+    # --- what the results depend on --------------------------------------------------------------
+
+    def judge_specs(self) -> list[tuple[str, str, str | None]]:
+        """(label, kind, model) per configured judge: ("rules", "rules", None), ("llm:<model>", "llm", model)."""
+        out = []
+        for j in self.params.misbehavior_rate.judges:
+            if j == "rules":
+                out.append(("rules", "rules", None))
+            else:
+                model = self.params.models.behavior_judge.model if j == "llm" else j
+                out.append((f"llm:{model}", "llm", model))
+        labels = [label for label, _, _ in out]
+        if len(set(labels)) != len(labels):
+            raise StageError(f"misbehavior_rate.judges: two entries name the same judge ({labels})")
+        return out
+
+    def judge_config(self, model: str):
+        cfg = policy_config(self.params, self.params.models.policy.model)
+        cfg.behavior_judge.model = model
+        return cfg
+
+    def fingerprint(self) -> dict[str, Any]:
+        from mirl.agent.rollout import role_fingerprint, sandbox_fingerprint
+
+        s = self.params.misbehavior_rate
+        policy = role_fingerprint(policy_config(self.params, "", s.temperature, s.top_p), "policy")
+        policy.pop("model")  # the policies are the records' keys: adding one extends the run
+        judges = {label: role_fingerprint(self.judge_config(model), "behavior_judge") if kind == "llm" else "rules"
+                  for label, kind, model in self.judge_specs()}
+        return {"misbehavior_rate": {"temperature": s.temperature, "top_p": s.top_p, "judge_steps": s.judge_steps,
+                                     "restore": s.restore, "seed": s.seed},
+                "models": {"policy": policy, "judges": judges}, "agent": asdict(self.params.agent),
+                "sandbox": sandbox_fingerprint(self.params.sandbox)}
+
+    # --- inputs ------------------------------------------------------------------------------------
+
+    def policies(self) -> dict[str, str]:
+        if self._policies is None:
+            self._policies = resolve_all(list(self.params.misbehavior_rate.policies), self.run, self.params)
+        return self._policies
+
+    def heldout(self) -> list[Prefix]:
+        """The first `per_misbehavior` held-out prefixes of each misbehavior, checked against training's."""
+        from mirl.prefixes.stage import HELDOUT, TRAIN, load_prefixes
+
+        held = load_prefixes(self.run.root, HELDOUT)
+        train_path = self.run.file("prefixes", TRAIN)
+        if train_path.exists():
+            train = {p.error_id for p in load_prefixes(self.run.root, TRAIN)}
+            leaked = sorted(p.id for p in held if p.error_id in train)
+            if leaked:
+                raise StageError(f"{self.run.file('prefixes', HELDOUT)}: {len(leaked)} held-out prefix(es) are "
+                                 f"training starts too (e.g. {leaked[0]}); rerun the prefix stage")
+        taken: dict[str, int] = defaultdict(int)
+        out = []
+        for p in held:
+            if p.split != "heldout":
+                raise StageError(f"{self.run.file('prefixes', HELDOUT)}: prefix {p.id} has split {p.split!r}")
+            if taken[p.misbehavior] < self.params.misbehavior_rate.per_misbehavior:
+                taken[p.misbehavior] += 1
+                out.append(p)
+        if not out:
+            raise StageError(f"{self.run.file('prefixes', HELDOUT)}: no held-out prefix kept (run the prefix stage "
+                             "with prefixes.heldout_per_misbehavior > 0)")
+        return out
+
+    def misbehaviors(self):
+        from mirl.records.taxonomy import TaxonomyStore
+
+        if self._misbehaviors is None:
+            store = TaxonomyStore(self.run.stage_dir("taxonomy"))
+            version = self.params.prefixes.taxonomy_version or store.latest()
+            if version is None:
+                raise StageError(f"{store.versions_dir}: no taxonomy version (run the taxonomy stage first)")
+            self._misbehaviors = {t.name: t for t in store.load(version).types}
+        return self._misbehaviors
+
+    def tasks(self) -> dict[str, Any]:
+        if self._tasks is None:
+            from mirl.profiling.stage import task_pool
+
+            self._tasks = task_pool(self.run, self.params.profiling.tasks)
+        return {t.id: t for t in self._tasks}
+
+    def trajectories(self):
+        from mirl.records.trajectory import Trajectory
+
+        if self._trajectories is None:
+            rows, _ = read_jsonl(self.run.file("profiling", "trajectories.jsonl"))
+            self._trajectories = {(r["task"], r["seed"]): Trajectory.from_dict(r) for r in rows}
+        return self._trajectories
+
+    def sandbox(self):
+        if self._sandbox is None:
+            from mirl.sandbox.select import make_sandbox
+
+            self._sandbox = make_sandbox(self.params.sandbox)
+        return self._sandbox
+
+    def plan(self) -> list[Item]:
+        prefixes = self.heldout()
+        known, tasks = self.misbehaviors(), self.tasks()
+        for p in prefixes:
+            if p.misbehavior not in known:
+                raise StageError(f"held-out prefix {p.id}: misbehavior {p.misbehavior!r} is not in the taxonomy")
+            if p.env not in tasks:
+                raise StageError(f"held-out prefix {p.id}: environment {p.env!r} is not in the task pool")
+        n = self.params.misbehavior_rate.samples
+        return [Item((policy, p.id, i), {"policy": policy, "prefix": p.to_dict(), "sample": i})
+                for policy in self.policies() for p in prefixes for i in range(n)]
+
+    def redo(self, record: dict[str, Any]) -> bool:
+        if record.get("exit_reason") == "error":
+            return True  # a broken sandbox says nothing about the policy: play it again
+        model = self.policies().get(record.get("policy"))
+        return model is not None and record.get("model") != model
+
+    # --- one continuation ----------------------------------------------------------------------------
+
+    def player(self, policy: str):
+        """The policy's GroupPlayer (its own client, at the section's sampling), built once."""
+        from mirl.llm.client import LLMClient
+        from mirl.training.rollouts import GroupPlayer
+
+        with self._lock:
+            if policy not in self._players:
+                s = self.params.misbehavior_rate
+                client = LLMClient(policy_config(self.params, self.policies()[policy], s.temperature, s.top_p),
+                                   run_dir=self.run.root, stage=STAGE)
+                self._players[policy] = GroupPlayer(
+                    tasks=self.tasks(), trajectories=self.trajectories(), sandbox=self.sandbox(),
+                    policy=client.model("policy"), agent=self.params.agent, reward="outcome", restore=s.restore,
+                    workers=1)
+            return self._players[policy]
+
+    def judges(self) -> list[tuple[str, str, Any]]:
+        """(label, kind, judge) per configured judge; a rule judge is one for every misbehavior."""
+        from mirl.llm.client import LLMClient
+        from mirl.roles.behavior_judge import LLMBehaviorJudge, RuleBehaviorJudge, example_texts
+
+        with self._lock:
+            if self._judges is None:
+                m = self.params.misbehavior_rate.judge_steps
+                specs, examples, out = self.judge_specs(), None, {}
+                if any(kind == "llm" for _, kind, _ in specs):
+                    from mirl.records.loaders import load_error_steps
+
+                    examples = example_texts(load_error_steps(self.run))
+                for label, kind, model in specs:
+                    if kind == "rules":
+                        out[(label, kind)] = RuleBehaviorJudge(m=m)
+                    else:
+                        client = LLMClient(self.judge_config(model), run_dir=self.run.root, stage=STAGE)
+                        out[(label, kind)] = LLMBehaviorJudge(client, m=m, examples=examples)
+                self._judges = out
+            return [(label, kind, j) for (label, kind), j in self._judges.items()]
+
+    def run_item(self, payload: dict[str, Any]) -> dict[str, Any]:
+        from mirl.training.rollouts import Start, with_limits
+
+        s = self.params.misbehavior_rate
+        policy, sample = payload["policy"], int(payload["sample"])
+        prefix = Prefix.from_dict(payload["prefix"])
+        player = self.player(policy)
+        agent = replace(with_limits(self.params.agent, prefix.steps + s.judge_steps), verify=False)
+        seed = s.seed * 1_000_003 + sample  # sample i of every prefix and policy: the same seed
+        rollout = replace(player, agent=agent).one(Start(env=prefix.env, prefix=prefix), sample, seed)
+        traj = rollout.trajectory
+        why = ""
+        restore = traj.meta.get("restore") or {}
+        if traj.exit_reason == "error":
+            why = f"the continuation failed: {traj.error or 'exit_reason error'}"
+        elif restore and not restore.get("normalized", True):
+            why = f"the prefix did not reproduce at step {restore.get('first_mismatch')}"
+        judgments = [] if why else self.judge(traj, self.misbehaviors()[prefix.misbehavior])
+        if why:
+            judgments = [{"judge": label, "repeated": None, "error": why} for label, kind, _ in self.judges()
+                         if kind != "rules" or self.has_rule(prefix.misbehavior)]
+        steps = traj.steps[traj.prefix_len:]
+        return {"policy": policy, "model": self.policies()[policy], "prefix_id": prefix.id,
+                "misbehavior": prefix.misbehavior, "env": prefix.env, "sample": sample, "seed": seed,
+                "exit_reason": traj.exit_reason, "valid": not why, "why_invalid": why,
+                "restore": restore.get("mode"), "judgments": judgments,
+                "steps": [{"source": st.source, "reasoning": st.reasoning, "command": st.command,
+                           "exit_code": st.exit_code, "output": (st.output or "")[:OUTPUT_CHARS]} for st in steps]}
+
+    def has_rule(self, misbehavior: str) -> bool:
+        from mirl.roles.behavior_judge import rule_detector_of
+
+        return rule_detector_of(self.misbehaviors()[misbehavior]) is not None
+
+    def judge(self, traj, misbehavior) -> list[dict[str, Any]]:
+        from mirl.llm.errors import BudgetExceeded, LLMError
+
+        out = []
+        for label, kind, judge in self.judges():
+            if kind == "rules" and not self.has_rule(misbehavior.name):
+                continue  # no detector defines it: the rule judge has nothing to say
+            try:
+                j = judge.judge(traj, misbehavior, traj.prefix_len)
+            except BudgetExceeded:
+                raise
+            except LLMError as e:  # no usable answer: a failed judgment, counted as such in the rates
+                out.append({"judge": label, "repeated": None, "error": str(e)})
+                continue
+            out.append({"judge": label, "repeated": bool(j.yes), "source": j.source, "steps": j.steps,
+                        "flagged": j.flagged, "reason": j.reason[:2000]})
+        return out
+
+    # --- finalize ---------------------------------------------------------------------------------------
+
+    def progress(self, record: dict[str, Any]) -> dict[str, Any]:
+        said = [j["repeated"] for j in record.get("judgments", []) if j.get("repeated") is not None]
+        self.judged += len(said)
+        self.repeated += sum(said)
+        return {"policy": record["policy"], "repeated": f"{self.repeated / max(1, self.judged):.2f}"}
+
+    def finalize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        planned = {i.key for i in self.plan()}
+        current = [r for r in records if self.key(r) in planned]
+        rows = judgment_rows(current)
+        frame = pd.DataFrame(rows, columns=JUDGMENT_COLUMNS)
+        atomic_write(self.out / JUDGMENTS, frame.to_csv(index=False))
+        rates, agreement = rate_tables(rows, self.params.misbehavior_rate.n_boot, self.params.misbehavior_rate.seed)
+        atomic_write(self.out / RATES, rates.to_csv(index=False))
+        atomic_write(self.out / AGREEMENT, agreement.to_csv(index=False))
+        overall = rates[rates["misbehavior"] == "all"]
+        return {"policies": self.policies(),
+                "labels": {p: short_name(p, m) for p, m in self.policies().items()},
+                "prefixes": len({r["prefix_id"] for r in current}), "continuations": len(current),
+                "invalid": sum(not r.get("valid", True) for r in current), "judgments": len(rows),
+                "rate": {f"{r.policy} | {r.judge}": None if pd.isna(r.rate) else round(float(r.rate), 4)
+                         for r in overall.itertuples()}}
+
+
+def judgment_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (policy, prefix, sample, judge) from the continuation records."""
+    return [{"policy": r["policy"], "model": r.get("model"), "misbehavior": r["misbehavior"],
+             "prefix_id": r["prefix_id"], "env": r.get("env"), "sample": r["sample"], "judge": j["judge"],
+             "repeated": j["repeated"]} for r in records for j in r.get("judgments", [])]
+
+
+def rate_tables(rows: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(rates per misbehavior and over all of them, judge agreement per misbehavior and over all)."""
+    from mirl.evaluation.agreement import judge_agreement
+    from mirl.evaluation.rates import COLUMNS, misbehavior_rates
+
+    if not rows:
+        return (pd.DataFrame(columns=COLUMNS),
+                pd.DataFrame(columns=["misbehavior", "judge_a", "judge_b", "n_items", "n_excluded", "agreement", "kappa"]))
+    pooled = [{**r, "misbehavior": "all"} for r in rows]
+    rates = pd.concat([misbehavior_rates(rows, n_boot=n_boot, seed=seed),
+                       misbehavior_rates(pooled, n_boot=n_boot, seed=seed)], ignore_index=True)
+    agreement = pd.concat([judge_agreement(rows, by=("misbehavior",)), judge_agreement(pooled, by=("misbehavior",))],
+                          ignore_index=True)
+    return rates, agreement
+
+
+def load_judgments(run_dir: str | Path) -> pd.DataFrame:
+    from mirl.runner.layout import RunDir
+
+    path = RunDir(run_dir).file(STAGE, JUDGMENTS)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no judgments (run the misbehavior_rate stage first)")
+    return pd.read_csv(path)
+
+
+def run_misbehavior_rate(params: Params, run_dir: str | Path, sandbox=None, tasks=None, force: bool = False,
+                         progress: bool = True) -> dict[str, Any]:
+    return run_stage(MisbehaviorRateStage(params, run_dir, sandbox=sandbox, tasks=tasks), force=force,
+                     progress=progress)

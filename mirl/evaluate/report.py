@@ -1,0 +1,202 @@
+"""Tables and figures of the evaluation stages, for notebooks 05 and 06 (cells stay one-liners).
+
+Every figure is saved twice, PNG for a look and PDF for a paper (`save`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+def load(run_dir: str | Path, stage: str, name: str) -> pd.DataFrame:
+    """A table a stage's finalize wrote (`runs/<run>/<stage>/<name>`), read as written."""
+    from mirl.runner.layout import RunDir
+
+    path = RunDir(run_dir).file(stage, name)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: not written yet (run the {stage} stage first)")
+    return pd.read_csv(path, keep_default_na=True)
+
+
+def save(fig: Any, report_dir: str | Path, name: str) -> list[Path]:
+    """`<name>.png` and `<name>.pdf` under the report directory."""
+    out = []
+    for ext in ("png", "pdf"):
+        path = Path(report_dir) / f"{name}.{ext}"
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+        out.append(path)
+    return out
+
+
+def labelled(df: pd.DataFrame, labels: dict[str, str] | None) -> pd.DataFrame:
+    out = df.copy()
+    out["label"] = out["policy"].map(lambda p: (labels or {}).get(p, p))
+    return out
+
+
+def _bars(ax, table: pd.DataFrame, x: str, hue: str, y: str, low: str | None, high: str | None,
+          err: str | None = None) -> None:
+    """Grouped bars of `y` by `x` and `hue`, with asymmetric error bars (low/high) or +- err."""
+    import seaborn as sns
+
+    xs, hues = list(dict.fromkeys(table[x])), list(dict.fromkeys(table[hue]))
+    width = 0.8 / max(1, len(hues))
+    colors = sns.color_palette("colorblind", len(hues))
+    for k, (h, color) in enumerate(zip(hues, colors)):
+        part = table[table[hue] == h].set_index(x).reindex(xs)
+        pos = np.arange(len(xs)) - 0.4 + width * (k + 0.5)
+        values = part[y].astype(float).to_numpy()
+        if err is not None:
+            yerr = part[err].astype(float).fillna(0).to_numpy()
+        elif low is not None and high is not None:
+            lo = (values - part[low].astype(float)).clip(lower=0).fillna(0).to_numpy()
+            hi = (part[high].astype(float) - values).clip(lower=0).fillna(0).to_numpy()
+            yerr = np.vstack([lo, hi])
+        else:
+            yerr = None
+        ax.bar(pos, np.nan_to_num(values), width=width, color=color, label=h, yerr=yerr, capsize=3,
+               error_kw={"elinewidth": 1})
+    ax.set_xticks(np.arange(len(xs)), xs, rotation=30, ha="right")
+
+
+# --- notebook 05: misbehavior rates ------------------------------------------------------------------
+
+
+def rate_figure(rates: pd.DataFrame, labels: dict[str, str] | None = None):
+    """The paper's Figure 7: rate per misbehavior (and over all), bars per policy, one panel per
+    judge, with the prefix-bootstrap 95% interval."""
+    import matplotlib.pyplot as plt
+
+    df = labelled(rates, labels)
+    judges = list(dict.fromkeys(df["judge"])) or ["(none)"]
+    panel = max(4.0, 0.6 * df["misbehavior"].nunique() * max(1, df["label"].nunique()) + 1.5)
+    fig, axes = plt.subplots(1, len(judges), figsize=(panel * len(judges), 4.2), squeeze=False, sharey=True)
+    for ax, judge in zip(axes[0], judges):
+        part = df[df["judge"] == judge]
+        if not part.empty:
+            _bars(ax, part, "misbehavior", "label", "rate", "ci_low", "ci_high")
+        ax.set_title(f"judge: {judge}")
+        ax.set_ylim(0, 1.05)
+        ax.set_xlabel("")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("misbehavior rate (95% CI over prefixes)")
+    axes[0][-1].legend(title="policy", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+def rate_table(rates: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Rates as `rate [ci_low, ci_high]` per misbehavior (rows) and policy x judge (columns)."""
+    df = labelled(rates, labels)
+
+    def cell(r) -> str:
+        if pd.isna(r["rate"]):
+            return "n/a"
+        ci = "" if pd.isna(r["ci_low"]) else f" [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+        return f"{r['rate']:.2f}{ci} (n={int(r['n_samples'])})"
+
+    df["cell"] = df.apply(cell, axis=1)
+    return df.pivot_table(index="misbehavior", columns=["label", "judge"], values="cell", aggfunc="first")
+
+
+def kappa_table(agreement: pd.DataFrame) -> pd.DataFrame:
+    """Cohen's kappa per judge pair (rows) and misbehavior (columns)."""
+    if agreement.empty:
+        return pd.DataFrame()
+    df = agreement.assign(pair=agreement["judge_a"] + " vs " + agreement["judge_b"])
+    return df.pivot_table(index="pair", columns="misbehavior", values="kappa", aggfunc="first")
+
+
+# --- notebook 06: scores and pass@k ------------------------------------------------------------------
+
+
+def score_table(scores: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Per policy: the leaderboard score +- SE and interval, and the mean +- SE over runs."""
+    df = labelled(scores, labels)
+    cols = ["label", "model", "n_tasks", "n_runs", "n_errored", "score", "se", "ci_low", "ci_high", "run_mean",
+            "run_se", "errored_rule"]
+    return df[cols].set_index("label")
+
+
+def passk_figure(passk: pd.DataFrame, labels: dict[str, str] | None = None):
+    """pass@k against k, one line per policy, with the task-clustered SE."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    df = labelled(passk, labels)
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for (label, part), color in zip(df.groupby("label", sort=False), sns.color_palette("colorblind", df["label"].nunique())):
+        part = part.sort_values("k")
+        ax.errorbar(part["k"], part["mean"], yerr=part["se"].fillna(0), marker="o", capsize=3, label=label, color=color)
+    ax.set_xlabel("k")
+    ax.set_ylabel("pass@k (+- SE over tasks)")
+    ax.set_xticks(sorted(df["k"].unique()))
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def solve_counts(per_task: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """How many tasks each policy solved c times, for c = 0..max n (rows: c; columns: policies)."""
+    df = labelled(per_task, labels)
+    most = int(df["n"].max()) if len(df) else 0
+    table = df.groupby(["c", "label"]).size().unstack("label").reindex(range(most + 1)).fillna(0).astype(int)
+    table.index.name = "solved runs"
+    return table
+
+
+def solve_count_figure(per_task: pd.DataFrame, labels: dict[str, str] | None = None):
+    """The distribution of per-task solve counts: tasks solved in 0, 1, ..., R of their runs."""
+    import matplotlib.pyplot as plt
+
+    counts = solve_counts(per_task, labels)
+    long = counts.reset_index().melt(id_vars="solved runs", var_name="label", value_name="tasks")
+    long["solved runs"] = long["solved runs"].astype(str)
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    _bars(ax, long, "solved runs", "label", "tasks", None, None)
+    ax.set_xticks(range(len(counts.index)), [str(c) for c in counts.index], rotation=0, ha="center")
+    ax.set_xlabel("runs in which the task was solved")
+    ax.set_ylabel("tasks")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def seed_curves(trials: pd.DataFrame, errored: str = "zero", min_runs: int = 4) -> pd.DataFrame:
+    """`seed_curve` per policy that has at least `min_runs` runs (each run a seed), stacked."""
+    from mirl.evaluation.seeds import seed_curve
+
+    frames = []
+    for policy, part in trials.groupby("policy", sort=False):
+        if part["run"].nunique() < min_runs:
+            continue
+        rows = part.assign(reward=part["reward"].where(part["reward"].notna(), None),
+                           error=part["error"].where(part["error"].notna(), None)).to_dict("records")
+        by_seed = {run: [r for r in rows if r["run"] == run] for run in sorted(part["run"].unique())}
+        frames.append(seed_curve(by_seed, errored=errored).assign(policy=policy))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def seed_figure(curves: pd.DataFrame, labels: dict[str, str] | None = None):
+    """SE against the number of seeds per policy, with the 1/sqrt(k) reference (the paper's Figure 12a)."""
+    import matplotlib.pyplot as plt
+
+    df = labelled(curves, labels)
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for label, part in df.groupby("label", sort=False):
+        line, = ax.plot(part["k"], part["se"], marker="o", label=f"{label}: SE of k seeds")
+        ax.plot(part["k"], part["reference"], linestyle="--", color=line.get_color(), alpha=0.6,
+                label=f"{label}: sd / sqrt(k)")
+    ax.set_xlabel("seeds k")
+    ax.set_ylabel("standard error of the score")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,172 @@
+"""The misbehavior-rate stage with scripted policies and judges in a fake sandbox: one row per
+(policy, prefix, sample, judge), rates and kappa as derived by hand, resume by item key, held-out
+prefixes only, and policy names resolved (base, selected, checkpoint directories)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+from agent_doubles import FakeSandbox
+
+from mirl.jsonl import read_jsonl
+from mirl.llm import scripted
+from mirl.llm.scripted import ScriptedModel
+from mirl.params import make
+from mirl.runner.fingerprint import ParamsMismatch
+from mirl.runner.stage import StageError
+from tests.evaluate.rate_run import write_rate_run
+
+COMMAND = "I will look.\n```bash\nls -la /app\n```"
+NO_COMMAND = "I am not sure what to do."
+
+
+def mixed(messages):
+    """No command on the alpha task, a command on the beta task."""
+    return NO_COMMAND if "(alpha)" in messages[1]["content"] else COMMAND
+
+
+def contrarian(messages):
+    """A judge that sees the misbehavior when a step had no command, and always on the beta task."""
+    text = messages[-1]["content"] if len(messages) == 2 else messages[1]["content"]
+    yes = "(no runnable command)" in text or "(beta)" in text
+    return f"Thinking.\n<answer>{'yes' if yes else 'no'}</answer>"
+
+
+@pytest.fixture
+def models():
+    made = [ScriptedModel([COMMAND], name="cmd", cycle=True), ScriptedModel(mixed, name="mixed"),
+            ScriptedModel(contrarian, name="judge")]
+    for m in made:
+        scripted.register(m)
+    yield {m.name: m for m in made}
+    for m in made:
+        scripted.unregister(m.name)
+
+
+def params(**section):
+    base = {"policies": ["scripted/cmd", "scripted/mixed"], "samples": 2, "judges": ["rules", "scripted/judge"],
+            "judge_steps": 2, "workers": 2, "n_boot": 200}
+    return make(agent={"max_steps": 10}, models={"cache": False},
+                misbehavior_rate={**base, **section})
+
+
+def run(p, run_dir, tasks, sandbox=None):
+    from mirl.evaluate.rate_stage import run_misbehavior_rate
+
+    return run_misbehavior_rate(p, run_dir.root, sandbox=sandbox or FakeSandbox(), tasks=tasks, progress=False)
+
+
+def rows(path):
+    return list(csv.DictReader(path.open()))
+
+
+def test_rates_and_kappa_per_policy_and_judge(tmp_path, models):
+    run_dir, tasks = write_rate_run(tmp_path)
+    summary = run(params(), run_dir, tasks)
+    assert summary["complete"] and summary["planned"] == 2 * 2 * 2  # policies x prefixes x samples
+    out = run_dir.stage_dir("misbehavior_rate")
+    judged = rows(out / "judgments.csv")
+    assert len(judged) == 8 * 2  # one row per continuation and judge
+    records = read_jsonl(out / "continuations.jsonl")[0]
+    # the policy played judge_steps steps after the one-step prefix, and nothing else
+    assert all(len(r["steps"]) == 2 and all(s["source"] == "policy" for s in r["steps"]) for r in records)
+    # by hand: rules say yes only for mixed on alpha; the contrarian judge also for every beta continuation
+    rates = {(r["policy"], r["misbehavior"], r["judge"]): r for r in rows(out / "rates.csv")}
+    want = {("scripted/cmd", "rules"): 0.0, ("scripted/mixed", "rules"): 0.5,
+            ("scripted/cmd", "llm:scripted/judge"): 0.5, ("scripted/mixed", "llm:scripted/judge"): 1.0}
+    for (policy, judge), rate in want.items():
+        for m in ("no runnable command", "all"):
+            row = rates[(policy, m, judge)]
+            assert float(row["rate"]) == rate and int(row["n_prefixes"]) == 2 and int(row["n_samples"]) == 4
+    # 8 continuations: rules yes on 2, the LLM judge on 6; they agree on 4: p_o 1/2, p_e 3/8, kappa 0.2
+    agreement = rows(out / "agreement.csv")
+    assert {r["misbehavior"] for r in agreement} == {"no runnable command", "all"}
+    for r in agreement:
+        assert int(r["n_items"]) == 8 and float(r["agreement"]) == 0.5
+        assert math.isclose(float(r["kappa"]), 0.2)
+    assert summary["rate"]["scripted/mixed | rules"] == 0.5
+
+
+def test_resume_plays_only_new_items_and_other_sampling_is_refused(tmp_path, models):
+    run_dir, tasks = write_rate_run(tmp_path)
+    run(params(samples=1, policies=["scripted/mixed"]), run_dir, tasks)
+    first = len(models["mixed"].calls)
+    assert first == 2 * 2  # two prefixes, two policy steps each
+    summary = run(params(samples=2, policies=["scripted/mixed"]), run_dir, tasks)
+    assert summary["skipped"] == 2 and summary["new"] == 2
+    assert len(models["mixed"].calls) == 2 * first
+    records = read_jsonl(run_dir.file("misbehavior_rate", "continuations.jsonl"))[0]
+    assert sorted((r["prefix_id"].split("|")[1], r["sample"]) for r in records) == [
+        ("alpha/0/1", 0), ("alpha/0/1", 1), ("beta/0/1", 0), ("beta/0/1", 1)]
+    # fewer samples: the extra records stay on disk but out of the tables
+    run(params(samples=1, policies=["scripted/mixed"]), run_dir, tasks)
+    assert len(rows(run_dir.file("misbehavior_rate", "judgments.csv"))) == 2 * 2
+    with pytest.raises(ParamsMismatch, match="temperature"):
+        run(params(samples=2, policies=["scripted/mixed"], temperature=1.0), run_dir, tasks)
+
+
+def test_a_prefix_that_does_not_reproduce_is_judged_by_none(tmp_path, models):
+    run_dir, tasks = write_rate_run(tmp_path, recorded=lambda c: f"something else than {c}\n")
+    run(params(policies=["scripted/mixed"]), run_dir, tasks)
+    records = read_jsonl(run_dir.file("misbehavior_rate", "continuations.jsonl"))[0]
+    assert records and not any(r["valid"] for r in records)
+    assert all(r["why_invalid"].startswith("the prefix did not reproduce") for r in records)
+    rates = rows(run_dir.file("misbehavior_rate", "rates.csv"))
+    assert all(int(r["n_samples"]) == 0 and int(r["n_failed"]) == 4 and r["rate"] == "" for r in rates)
+
+
+def test_a_judge_without_an_answer_is_a_failed_judgment(tmp_path, models):
+    scripted.register(ScriptedModel(["no tag here"], name="mute", cycle=True))
+    try:
+        run_dir, tasks = write_rate_run(tmp_path, envs=("alpha",))
+        run(params(policies=["scripted/mixed"], judges=["rules", "scripted/mute"]), run_dir, tasks)
+    finally:
+        scripted.unregister("mute")
+    rates = {r["judge"]: r for r in rows(run_dir.file("misbehavior_rate", "rates.csv")) if r["misbehavior"] == "all"}
+    assert int(rates["llm:scripted/mute"]["n_failed"]) == 2 and int(rates["llm:scripted/mute"]["n_samples"]) == 0
+    assert float(rates["rules"]["rate"]) == 1.0 and int(rates["rules"]["n_failed"]) == 0
+
+
+def test_held_out_prefixes_only_and_at_most_per_misbehavior(tmp_path, models):
+    from mirl.evaluate.rate_stage import MisbehaviorRateStage
+
+    run_dir, tasks = write_rate_run(tmp_path)
+    stage = MisbehaviorRateStage(params(per_misbehavior=1), run_dir, sandbox=FakeSandbox(), tasks=tasks)
+    assert [p.env for p in stage.heldout()] == ["alpha"]
+    assert {i.key[0] for i in stage.plan()} == {"scripted/cmd", "scripted/mixed"}
+    assert [i.key[0] for i in stage.plan()] == sorted(i.key[0] for i in stage.plan())  # policy by policy
+    leak_dir, tasks = write_rate_run(tmp_path / "leak", train_leak=True)
+    stage = MisbehaviorRateStage(params(), leak_dir, sandbox=FakeSandbox(), tasks=tasks)
+    with pytest.raises(StageError, match="training starts too"):
+        stage.plan()
+
+
+def test_policy_names_resolve_to_models(tmp_path):
+    from mirl.evaluate.policies import resolve_all
+    from mirl.evaluate.rate_stage import MisbehaviorRateStage
+    from mirl.runner.layout import RunDir
+
+    run_dir = RunDir(tmp_path / "run")
+    p = make(models={"policy": {"model": "hosted_vllm/base-model"}})
+    # no training selection: `selected` is left out, `base` is models.policy.model
+    assert resolve_all(["base", "selected", "scripted/x"], run_dir, p) == {
+        "base": "hosted_vllm/base-model", "scripted/x": "scripted/x"}
+    ckpt = run_dir.stage_dir("training") / "checkpoints" / "step-000002"
+    ckpt.mkdir(parents=True)
+    (ckpt / "config.json").write_text("{}")
+    (run_dir.stage_dir("training") / "selection.json").write_text(json.dumps({"top": [{"step": 2}, {"step": 1}]}))
+    assert resolve_all(["selected"], run_dir, p) == {"selected": f"local/{ckpt}"}
+    with pytest.raises(StageError, match="no config.json"):
+        resolve_all([f"local/{tmp_path / 'nothing-here'}"], run_dir, p)
+    (run_dir.stage_dir("training") / "selection.json").write_text(json.dumps({"top": [{"step": 7}]}))
+    with pytest.raises(StageError, match="selects step 7"):
+        resolve_all(["selected"], run_dir, p)
+    # a record of `selected` made from another checkpoint is played again
+    (run_dir.stage_dir("training") / "selection.json").write_text(json.dumps({"top": [{"step": 2}]}))
+    stage = MisbehaviorRateStage(make(misbehavior_rate={"policies": ["selected"], "judges": ["rules"]}), run_dir)
+    assert stage.redo({"policy": "selected", "model": "local/elsewhere/step-000001"})
+    assert not stage.redo({"policy": "selected", "model": f"local/{ckpt}"})
+    assert stage.redo({"policy": "selected", "model": f"local/{ckpt}", "exit_reason": "error"})

@@ -1,0 +1,42 @@
+"""The notebooks' tables and figures from the stages' outputs: solve counts by hand, every figure
+written as PNG and PDF, the seed curve only for policies with at least 4 runs."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from mirl.evaluate import report
+
+
+def per_task():
+    return pd.DataFrame([{"policy": "a", "task": "t1", "n": 3, "c": 3}, {"policy": "a", "task": "t2", "n": 3, "c": 1},
+                         {"policy": "a", "task": "t3", "n": 3, "c": 1}, {"policy": "b", "task": "t1", "n": 3, "c": 0}])
+
+
+def test_solve_counts_tally_tasks_by_solved_runs():
+    counts = report.solve_counts(per_task(), {"a": "A"})
+    assert list(counts.index) == [0, 1, 2, 3]
+    assert counts["A"].tolist() == [0, 2, 0, 1] and counts["b"].tolist() == [1, 0, 0, 0]
+
+
+def test_figures_are_saved_as_png_and_pdf(tmp_path):
+    rates = pd.DataFrame([{"policy": p, "misbehavior": m, "judge": j, "n_prefixes": 2, "n_samples": 4, "n_failed": 0,
+                           "rate": r, "se": 0.1, "ci_low": max(0, r - 0.2), "ci_high": min(1, r + 0.2)}
+                          for p, r in (("a", 0.5), ("b", 0.25)) for m in ("m1", "all") for j in ("rules", "llm:x")])
+    passk = pd.DataFrame([{"policy": p, "k": k, "n_tasks": 3, "n_short": 0, "mean": 0.2 * k, "se": 0.05}
+                          for p in ("a", "b") for k in (1, 2, 3)])
+    for name, fig in (("rates", report.rate_figure(rates)), ("passk", report.passk_figure(passk)),
+                      ("solves", report.solve_count_figure(per_task()))):
+        png, pdf = report.save(fig, tmp_path, name)
+        assert png.stat().st_size > 5_000 and pdf.read_bytes().startswith(b"%PDF")
+    table = report.rate_table(rates, {"a": "A"})
+    assert table.loc["m1", ("A", "rules")] == "0.50 [0.30, 0.70] (n=4)"
+
+
+def test_seed_curve_only_with_four_runs_or_more():
+    rows = [{"policy": p, "task": t, "run": r, "reward": float((r + i) % 2), "error": None}
+            for p, runs in (("a", 4), ("b", 3)) for i, t in enumerate(("t1", "t2")) for r in range(runs)]
+    curves = report.seed_curves(pd.DataFrame(rows))
+    assert set(curves["policy"]) == {"a"} and curves["k"].tolist() == [1, 2, 3, 4]
+    # every run of a scores 1/2 (one task passes, the other fails): no spread between seeds
+    assert curves["se"].iloc[1:].eq(0).all()

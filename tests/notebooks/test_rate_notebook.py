@@ -1,0 +1,75 @@
+"""Notebook 05 headless on the embedded default: real SmolLM2 continuations in bubblewrap from
+held-out prefixes the prefix stage kept, the base model against a perturbed checkpoint of it."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from mirl.jsonl import read_jsonl
+from mirl.notebook import RunSpec, execute
+from mirl.params import make
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOK = REPO / "notebooks" / "05_misbehavior_rate.ipynb"
+REPLIES = ["Let me look.\n```bash\nls /app\n```", "I am not sure what to do.",
+           "Done.\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"]
+JUDGE_STEPS = 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_notebook_05_rates_base_and_checkpoint_on_held_out_prefixes(tmp_path, bwrap_sandbox):
+    from mirl.llm.scripted import ScriptedModel
+    from mirl.prefixes.stage import run_prefixes
+    from mirl.profiling.stage import run_profiling
+    from mirl.tasks import load_task
+    from mirl.taxonomy.stage import run_taxonomy
+    from tests.evaluate.checkpoint import perturbed_checkpoint
+
+    ckpt = perturbed_checkpoint(tmp_path / "ckpt")
+    run = tmp_path / "runs" / "t"
+    tasks = [load_task(REPO / "tasks" / t) for t in ("count-lines", "fix-permissions")]
+    p = make(profiling={"seeds": 1}, agent={"max_steps": 5}, sandbox={"backend": "bwrap"},
+             prefixes={"per_misbehavior": 0, "heldout_per_misbehavior": 2, "snapshot": False, "keep": "normalized"})
+    run_profiling(p, run, tasks=tasks, sandbox=bwrap_sandbox, policy=ScriptedModel(REPLIES, cycle=True), progress=False)
+    run_taxonomy(p, run, progress=False)
+    run_prefixes(p, run, sandbox=bwrap_sandbox, tasks=tasks, progress=False)
+    held = read_jsonl(run / "prefixes" / "heldout.jsonl")[0]
+    by_misbehavior = {}
+    for x in held:
+        by_misbehavior.setdefault(x["misbehavior"], []).append(x)
+    assert "no runnable command" in by_misbehavior, sorted(by_misbehavior)
+    policies = ["base", f"local/{ckpt}"]
+    overrides = {"sandbox.backend": "bwrap", "agent.max_steps": 5, "models.policy.max_tokens": 40,
+                 "misbehavior_rate.policies": policies, "misbehavior_rate.samples": 2,
+                 "misbehavior_rate.per_misbehavior": 2, "misbehavior_rate.judges": ["rules"],
+                 "misbehavior_rate.judge_steps": JUDGE_STEPS, "misbehavior_rate.workers": 4}
+    spec = RunSpec(notebook=NOTEBOOK, run_name="t", params_file=REPO / "params" / "demo.yaml", overrides=overrides,
+                   runs_root=tmp_path / "runs", reports_root=tmp_path / "reports", cell_timeout_s=1000)
+    nb = json.loads(execute(spec).read_text())
+    assert not [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+
+    records = read_jsonl(run / "misbehavior_rate" / "continuations.jsonl")[0]
+    prefixes = [x["id"] for xs in by_misbehavior.values() for x in xs[:2]]
+    assert sorted((r["policy"], r["prefix_id"], r["sample"]) for r in records) == sorted(
+        (policy, x, s) for policy in policies for x in prefixes for s in range(2))
+    assert {r["policy"]: r["model"] for r in records} == {"base": "local/smollm2", policies[1]: policies[1]}
+    assert all(r["valid"] for r in records), [r["why_invalid"] for r in records if not r["valid"]]
+    assert all(0 < len(r["steps"]) <= JUDGE_STEPS for r in records)
+    # the rule judge of "no runnable command": yes when a step after the prefix had no command
+    rates = {(r["policy"], r["misbehavior"]): r for r in csv.DictReader((run / "misbehavior_rate" / "rates.csv").open())
+             if r["judge"] == "rules"}
+    for policy in policies:
+        mine = [r for r in records if r["policy"] == policy and r["misbehavior"] == "no runnable command"]
+        want = sum(any(not (s["command"] or "").strip() for s in r["steps"]) for r in mine) / len(mine)
+        row = rates[(policy, "no runnable command")]
+        assert float(row["rate"]) == pytest.approx(want) and int(row["n_samples"]) == len(mine)
+    report = tmp_path / "reports" / "t"
+    assert (report / "misbehavior_rates.png").stat().st_size > 5_000
+    assert (report / "misbehavior_rates.pdf").read_bytes().startswith(b"%PDF")
+    assert (report / "misbehavior_rates.csv").read_text().startswith("policy,misbehavior,judge,")
+    assert (report / "judge_agreement.csv").exists()
