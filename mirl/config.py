@@ -23,6 +23,17 @@ class ParamsError(ValueError):
     """A params file or override that does not fit the stage's config dataclass."""
 
 
+def read_yaml(path: str | Path, what: str = "params file") -> Any:
+    """A YAML file's value, or a ParamsError naming the file: missing, or not valid YAML."""
+    path = Path(path)
+    try:
+        return yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: no such {what}") from None
+    except yaml.YAMLError as e:
+        raise ParamsError(f"{path}: not valid YAML: {e}") from None
+
+
 def _coerce(key: str, value: Any, tp: Any) -> Any:
     origin = typing.get_origin(tp)
     if tp is Any:

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from mirl.agent.config import AgentConfig
-from mirl.config import ParamsError, build
+from mirl.config import ParamsError, build, read_yaml
 from mirl.cost.config import CostParams
 from mirl.evaluate.config import MisbehaviorRateParams, PassAtKParams
 from mirl.llm.config import LLMConfig
@@ -133,12 +133,7 @@ def read_file(path: str | Path | None, _seen: tuple[Path, ...] = ()) -> dict[str
     if path is None or str(path) == "":
         return {}
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise ParamsError(f"{path}: no such params file") from None
-    except yaml.YAMLError as e:
-        raise ParamsError(f"{path}: not valid YAML: {e}") from None
+    data = read_yaml(path) or {}
     if not isinstance(data, dict):
         raise ParamsError(f"{path}: must be a mapping of section names ({', '.join(sections())}) to settings")
     base = data.pop("base", None)

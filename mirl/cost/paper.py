@@ -14,9 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from mirl.config import ParamsError
+from mirl.config import ParamsError, read_yaml
 
 RESOURCES = ("rollouts", "input_tokens", "output_tokens", "environments", "gpu_hours", "api_usd", "total_usd")
 LABELS = {"rollouts": "Rollouts", "input_tokens": "Input tokens", "output_tokens": "Output tokens",
@@ -50,12 +48,7 @@ def find(path: str | Path) -> Path:
 def read_reported(path: str | Path) -> dict[str, Any]:
     """{"recipes": {name: {"total": {...}, "phases": {...}, "estimate": {...}}}, plus the file's other keys}."""
     path = find(path)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise ParamsError(f"{path}: no such file of reported costs") from None
-    except yaml.YAMLError as e:
-        raise ParamsError(f"{path}: not valid YAML: {e}") from None
+    data = read_yaml(path, "file of reported costs") or {}
     recipes = data.get("recipes") if isinstance(data, dict) else None
     if not isinstance(recipes, dict) or not recipes:
         raise ParamsError(f"{path}: needs `recipes:`, a mapping of recipe names to their reported costs")
