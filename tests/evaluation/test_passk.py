@@ -90,3 +90,24 @@ def test_table_bad_input():
         pass_at_k_table(trials({"a": [1]}), ks=[])
     with pytest.raises(ValueError, match="leaves nothing"):
         pass_at_k_table([dict(task="a", reward=None)], ks=[1], errored="drop")
+
+
+def test_pass_at_k_equals_the_exact_rational_for_all_n_up_to_30():
+    import mirl.metrics
+
+    worst = 0.0
+    for n in range(1, 31):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                exact = 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
+                worst = max(worst, abs(mirl.metrics.pass_at_k(n, c, k) - float(exact)))
+    assert worst < 1e-12
+
+
+def test_pass_at_k_is_finite_and_accurate_up_to_n_1000():
+    for n in (500, 1000):
+        for c in (0, 1, 7, n // 3, n - 1, n):
+            for k in (1, 2, 10, 100, n // 2, n):
+                got = pass_at_k(n, c, k)
+                exact = 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
+                assert math.isfinite(got) and got == pytest.approx(float(exact), rel=1e-9, abs=1e-12), (n, c, k)

@@ -109,3 +109,18 @@ def test_bad_input_is_named():
         misbehavior_rates([{k: v for k, v in good.items() if k != "prefix_id"}])
     with pytest.raises(ValueError, match="n_boot"):
         misbehavior_rates([good], n_boot=0)
+
+
+def test_the_clustered_interval_is_wider_than_the_naive_one_on_correlated_samples():
+    """Samples of one prefix agree (all yes or all no): 8 prefixes x 16 samples carry the information of
+    8, so the interval over prefixes must be wider than one that treats 128 samples as independent."""
+    import random
+
+    rng = random.Random(1)
+    by_prefix = {f"P{i}": [rng.random() < 0.5] * 16 for i in range(8)}
+    row = misbehavior_rates(samples("base", "loop", "j", by_prefix), n_boot=4000).iloc[0]
+    p, n = row.rate, row.n_samples
+    naive_half = 1.96 * math.sqrt(p * (1 - p) / n)
+    assert 0 < p < 1
+    assert (row.ci_high - row.ci_low) / 2 > 2 * naive_half
+    assert row.se > 2 * math.sqrt(p * (1 - p) / n)
