@@ -181,14 +181,15 @@ def write_index(run_dir: str | Path, reports: str | Path, state: dict[str, Any] 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-
-    from mirl.batch import read_state
+    import json
 
     parser = argparse.ArgumentParser(prog="python -m mirl.report_index", description="write reports/<run>/index.html")
     parser.add_argument("run_dir")
     parser.add_argument("reports_dir")
     args = parser.parse_args(argv)
-    print(write_index(args.run_dir, args.reports_dir, read_state(Path(args.run_dir))))
+    state_file = Path(args.run_dir) / "batch.json"  # what `mirl batch` keeps (mirl.batch.STATE)
+    state = json.loads(state_file.read_text()) if state_file.exists() else {"stages": {}}
+    print(write_index(args.run_dir, args.reports_dir, state))
     return 0
 
 
