@@ -12,7 +12,7 @@ from mirl.sandbox.trivial import run_trivial
 from mirl.sandbox.verifier import parse_rewards, score
 from mirl.tasks import load_task
 from tests.conftest import write_task
-from tests.tasks.test_formats import write_multi_step
+from tests.tasks.test_harbor_task_formats import write_multi_step
 from tests.tasks.test_loader import write_tb1
 
 pytestmark = pytest.mark.timeout(300)
