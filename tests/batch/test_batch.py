@@ -60,8 +60,11 @@ def test_kernel_registered_at_install_is_the_one_notebooks_name(mirl_kernel, mon
         assert json.loads(path.read_text())["metadata"]["kernelspec"]["name"] == KERNEL, path
     monkeypatch.delenv("MIRL_KERNEL", raising=False)
     assert kernel_name() == KERNEL  # registered (under the fixture's JUPYTER_PATH)
-    monkeypatch.setenv("JUPYTER_PATH", str(Path(mirl_kernel).parent / "none"))
-    assert kernel_name() == "python3"  # not registered: papermill's python3 is this interpreter
+    # not registered anywhere (the README's set-up also registers it in the venv, so hide every spec)
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    monkeypatch.setattr(KernelSpecManager, "find_kernel_specs", lambda self: {"python3": "/nowhere"})
+    assert kernel_name() == "python3"  # papermill's python3 is this interpreter
     assert kernel_name("other") == "other"
 
 
