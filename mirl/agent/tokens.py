@@ -34,6 +34,7 @@ from mirl.records.trajectory import Step, Trajectory
 SENTINEL = "MIRLSENTINEL{}XYZ"  # plain letters: templates pass them through unchanged
 _GLUES: dict[int, tuple[Any, ChatGlue]] = {}
 _GLUES_LOCK = threading.Lock()
+_TOKENIZER_LOCK = threading.RLock()
 
 
 class TemplateError(ValueError):
@@ -63,7 +64,8 @@ class ChatGlue:
     def prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
         """The first prompt: the chat template over `messages` with the generation prompt."""
         msgs = [{"role": m["role"], "content": m.get("content") or ""} for m in messages]
-        enc = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True)
+        with _TOKENIZER_LOCK:  # a Hugging Face tokenizer shared by episode threads is not safe to call at once
+            enc = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True)
         ids = enc["input_ids"]
         if ids and isinstance(ids[0], list):
             ids = ids[0]
@@ -105,12 +107,13 @@ class ChatGlue:
         """Ids of `text`; special-token strings are parsed only in template glue (`special`)."""
         if not text:
             return []
-        if special:
-            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        try:
-            return list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
-        except TypeError:  # a tokenizer without the option
-            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        with _TOKENIZER_LOCK:
+            if special:
+                return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            try:
+                return list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+            except TypeError:  # a tokenizer without the option
+                return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def text(self, ids: list[int]) -> str:
         """A completion's reply text (end tokens and other special tokens left out)."""
