@@ -18,12 +18,16 @@ prompt), and from then on only appends:
 The glue comes from the model's own chat template, derived once per tokenizer by rendering a
 dummy conversation with sentinel contents and cutting around them (`ChatGlue`). Observation and
 context text is tokenized with special tokens split, so a command's output that prints
-"<|im_end|>" stays text. `turn_prompts` and `training_sequence` rebuild what the sampler was given
+"<|im_end|>" stays text. A fast tokenizer does that by flipping a flag on its shared Rust object
+for the call (and leaving it flipped), so a thread rendering a chat template at the same moment would
+see its special tokens split into letters: the glue encodes split text with a private copy of the
+tokenizer, and its own calls are serialized. `turn_prompts` and `training_sequence` rebuild what the sampler was given
 and what a learner trains on from a stored trajectory.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +53,7 @@ class ChatGlue:
     end_ids: set[int]
     eot_id: int | None = None  # the token the template closes an assistant turn with, when it is an end id
     _pieces: dict[tuple[str, ...], list[list[int]]] = field(default_factory=dict)
+    _splitter: Any = None  # a private copy of the tokenizer for text with special-token strings split
 
     @classmethod
     def of(cls, tokenizer: Any, end_ids: set[int]) -> ChatGlue:
@@ -110,10 +115,12 @@ class ChatGlue:
         with _TOKENIZER_LOCK:
             if special:
                 return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            if self._splitter is None:
+                self._splitter = copy.deepcopy(self.tokenizer)
             try:
-                return list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+                return list(self._splitter(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
             except TypeError:  # a tokenizer without the option
-                return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+                return list(self._splitter(text, add_special_tokens=False)["input_ids"])
 
     def text(self, ids: list[int]) -> str:
         """A completion's reply text (end tokens and other special tokens left out)."""

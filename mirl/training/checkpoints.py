@@ -47,24 +47,59 @@ def save(root: Path, step: int, write: Callable[[Path], None], state: dict[str, 
     then the rename."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    for torn in root.glob(".tmp-*"):
-        shutil.rmtree(torn, ignore_errors=True)
+    sweep(root)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
     try:
         write(tmp)
         (tmp / "state.json").write_text(json.dumps({**state, "step": step}, indent=2, default=str))
         final = checkpoint_dir(root, step)
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
+        old = None
+        if final.exists():  # moved aside in one rename, never deleted in place: a kill mid-delete would leave
+            old = _aside(root, final)  # a state.json beside missing weights
+        try:
+            tmp.rename(final)
+        except BaseException:
+            if old is not None:
+                (old / final.name).rename(final)
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
         return final
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
+def _aside(root: Path, d: Path) -> Path:
+    """Move checkpoint `d` into a fresh `.tmp-old-*` directory (one rename) and return that directory."""
+    old = Path(tempfile.mkdtemp(prefix=".tmp-old-", dir=root))
+    d.rename(old / d.name)
+    return old
+
+
+def sweep(root: Path) -> None:
+    """Remove what killed saves and prunes left: torn writes, and copies moved aside. A complete copy
+    moved aside whose step has no checkpoint now (killed between a save's two renames) is put back."""
+    for left in Path(root).glob(".tmp-*"):
+        if left.name.startswith(".tmp-old-"):
+            for d in left.glob("step-*"):
+                if _NAME.match(d.name) and (d / "state.json").exists() and not (Path(root) / d.name).exists():
+                    d.rename(Path(root) / d.name)
+        shutil.rmtree(left, ignore_errors=True)
+
+
 def read_state(path: Path) -> dict[str, Any]:
-    return json.loads((Path(path) / "state.json").read_text())
+    """A checkpoint's state.json; a damaged one is a ValueError naming the file and the problem."""
+    file = Path(path) / "state.json"
+    try:
+        state = json.loads(file.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{file}: a damaged checkpoint state, not JSON ({e}); remove the checkpoint "
+                         f"directory to resume from an earlier one") from None
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise ValueError(f"{file}: a damaged checkpoint state: no integer 'step'; remove the checkpoint "
+                         f"directory to resume from an earlier one")
+    return state
 
 
 def prune(root: Path, keep: int, protect: Sequence[int] = ()) -> list[int]:
@@ -74,8 +109,8 @@ def prune(root: Path, keep: int, protect: Sequence[int] = ()) -> list[int]:
     found = list_checkpoints(root)
     removed = []
     for step, d in found[:-keep]:
-        if step not in set(protect):
-            shutil.rmtree(d, ignore_errors=True)
+        if step not in set(protect):  # moved aside first: a kill mid-delete leaves no torn checkpoint
+            shutil.rmtree(_aside(Path(root), d), ignore_errors=True)
             removed.append(step)
     return removed
 

@@ -21,6 +21,23 @@ from typing import Literal
 
 
 @dataclass
+class ScaleParams:
+    """Settings of `engine: scale` (mirl.training.scale): Ray rollout workers and a DeepSpeed learner."""
+
+    ray_address: str = field(default="", metadata={
+        "help": "Ray cluster to run rollout workers on (auto: the running one, ray://host:10001); empty: a local Ray "
+                "started here"})
+    rollout_workers: int = field(default=2, metadata={
+        "help": "Ray actors playing groups, each with its own sandboxes and policy engine (groups of a wave are "
+                "dealt round robin)"})
+    cpus_per_worker: float = field(default=1.0, metadata={"help": "CPUs Ray reserves for each rollout worker"})
+    zero_stage: int = field(default=2, metadata={
+        "help": "DeepSpeed ZeRO stage of the learner: 2 shards optimizer state and gradients, 3 the weights too"})
+    learners: int = field(default=1, metadata={
+        "help": "learner processes (data parallel); more than 1 needs a torchrun launch of that many processes"})
+
+
+@dataclass
 class TrainingParams:
     """Flat on purpose: these are the literals of notebook 04's parameters cell."""
 
@@ -65,6 +82,10 @@ class TrainingParams:
     pivot_samples: int = field(default=8, metadata={"help": "PivotRL: actions sampled per pivot step (paper: 8)"})
     pivot_judge: Literal["difflib", "llm"] = field(default="difflib", metadata={
         "help": "PivotRL: step-equivalence judge, difflib ratio >= 0.95 offline or the models.step_judge LLM"})
+    engine: Literal["embedded", "scale"] = field(default="embedded", metadata={
+        "help": "embedded: the policy's generator and a torch learner in this process; scale: Ray rollout workers "
+                "and a DeepSpeed ZeRO learner, weights handed to the workers after each step (settings: scale)"})
+    scale: ScaleParams = field(default_factory=ScaleParams, metadata={"help": "settings of engine: scale"})
     micro_batch_tokens: int = field(default=4096, metadata={"help": "learner micro-batch size in tokens (sequences are packed)"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward to save memory"})
     device: str = field(default="", metadata={"help": "learner device (cpu, cuda); empty: cuda when available"})

@@ -191,7 +191,8 @@ def token_logprobs(model: Any, inputs: dict[str, torch.Tensor], temperature: flo
     h = hidden.reshape(-1, hidden.shape[-1])[inputs["loss_mask"]]
     head = model.get_output_embeddings()
     target = inputs["target"][inputs["loss_mask"]]
-    if head_chunk > 0 and getattr(head, "bias", None) is None:
+    # a ZeRO-3 partitioned weight (`ds_id`) is whole only inside its module's call: the head runs in one piece
+    if head_chunk > 0 and getattr(head, "bias", None) is None and not hasattr(head.weight, "ds_id"):
         return chunked_head_logprobs(h, head.weight, target, temperature, head_chunk)
     logits = head(h).float()
     if temperature > 0:
@@ -225,6 +226,20 @@ class LearnerConfig:
     gradient_checkpointing: bool = False
     head_chunk: int = 4096  # LM-head rows per chunk (chunked_head_logprobs); 0: the head in one piece
     compile_layers: bool | None = None  # torch.compile each decoder layer; None: on a GPU
+
+
+STAT_SUMS = ("loss", "masked", "abs_diff", "diff", "entropy", "prob_gap")
+
+
+def step_stats(sums: dict[str, float], total: int, grad_norm: float, micro_batches: int, seconds: float,
+               tokens: int) -> dict[str, float]:
+    """A step's stats from the token-weighted sums over its `total` loss tokens."""
+    return dict(loss=sums["loss"] / total, masked_share=sums["masked"] / total,
+                logprob_abs_diff=sums["abs_diff"] / total, logprob_diff=sums["diff"] / total,
+                prob_abs_diff=sums["prob_gap"] / total, entropy=sums["entropy"] / total,
+                grad_norm=grad_norm if math.isfinite(grad_norm) else float("nan"),
+                micro_batches=micro_batches, learner_s=round(seconds, 4),
+                learner_tokens_per_s=round(tokens / seconds, 1) if seconds > 0 else 0.0)
 
 
 class Learner:
@@ -270,6 +285,32 @@ class Learner:
             return dppo_loss(lp, mu, adv, mask, delta=c.delta)
         return clipped_loss(lp, mu, adv, mask, eps_low=c.eps_low, eps_high=c.eps_high)
 
+    def micro_batches(self, examples: Sequence[Example]) -> list[list[int]]:
+        """Indices of `examples` per micro-batch (padded rows, or packed where the kernel separates them)."""
+        return pack(examples, self.config.micro_batch_tokens, padded=not packs_natively(self.model))
+
+    def _logprobs(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return token_logprobs(self.model, inputs, self.config.temperature, self.config.head_chunk)
+
+    def micro_loss(self, batch: Sequence[Example], advantages: Sequence[float], sums: dict[str, float]) -> torch.Tensor:
+        """The token-mean policy loss of one micro-batch (with gradient); adds its token-weighted
+        stats to `sums` (`STAT_SUMS`). The data-parallel learners call this same code."""
+        n = sum(ex.loss_tokens for ex in batch)
+        inputs = batch_inputs(batch, self.device, packed=packs_natively(self.model))
+        with self._autocast():
+            lp, entropy = self._logprobs(inputs)
+        sel = inputs["loss_mask"]
+        mu = inputs["sampler_logprobs"][sel]
+        adv = torch.tensor(list(advantages), device=self.device, dtype=torch.float32)[inputs["segment"][sel]]
+        loss, s = self._loss(lp, mu, adv, torch.ones_like(lp, dtype=torch.bool))
+        sums["loss"] += float(loss.detach()) * n
+        sums["masked"] += s.get("masked_share", s.get("clipped_share", 0.0)) * n
+        sums["abs_diff"] += s["logprob_abs_diff_mean"] * n
+        sums["diff"] += s["logprob_diff_mean"] * n
+        sums["prob_gap"] += s["prob_abs_diff_mean"] * n
+        sums["entropy"] += float(entropy.sum())
+        return loss
+
     def train_step(self, examples: Sequence[Example], advantages: Sequence[float]) -> dict[str, float]:
         """One update: the batch's token-mean policy loss, gradients accumulated over micro-batches,
         clipped to `max_grad_norm`, one AdamW step. Returns the step's stats."""
@@ -284,39 +325,21 @@ class Learner:
             return {**stats, "skipped": 1, "learner_s": round(time.perf_counter() - t0, 4)}
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        sums = {"loss": 0.0, "masked": 0.0, "abs_diff": 0.0, "diff": 0.0, "entropy": 0.0, "prob_gap": 0.0}
-        packed = packs_natively(self.model)
-        micro = pack(examples, c.micro_batch_tokens, padded=not packed)
+        sums = dict.fromkeys(STAT_SUMS, 0.0)
+        micro = self.micro_batches(examples)
         for idx in micro:
             batch = [examples[i] for i in idx]
             n = sum(ex.loss_tokens for ex in batch)
             if n == 0:
                 continue
-            inputs = batch_inputs(batch, self.device, packed=packed)
-            with self._autocast():
-                lp, entropy = token_logprobs(self.model, inputs, c.temperature, c.head_chunk)
-            sel = inputs["loss_mask"]
-            mu = inputs["sampler_logprobs"][sel]
-            adv = torch.tensor([advantages[i] for i in idx], device=self.device, dtype=torch.float32)[inputs["segment"][sel]]
-            loss, s = self._loss(lp, mu, adv, torch.ones_like(lp, dtype=torch.bool))
+            loss = self.micro_loss(batch, [advantages[i] for i in idx], sums)
             (loss * (n / total)).backward()
-            sums["loss"] += float(loss.detach()) * n
-            sums["masked"] += s.get("masked_share", s.get("clipped_share", 0.0)) * n
-            sums["abs_diff"] += s["logprob_abs_diff_mean"] * n
-            sums["diff"] += s["logprob_diff_mean"] * n
-            sums["prob_gap"] += s["prob_abs_diff_mean"] * n
-            sums["entropy"] += float(entropy.sum())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.steps += 1
         seconds = time.perf_counter() - t0
-        stats.update(loss=sums["loss"] / total, masked_share=sums["masked"] / total,
-                     logprob_abs_diff=sums["abs_diff"] / total, logprob_diff=sums["diff"] / total,
-                     prob_abs_diff=sums["prob_gap"] / total, entropy=sums["entropy"] / total,
-                     grad_norm=float(grad_norm) if math.isfinite(float(grad_norm)) else float("nan"),
-                     micro_batches=len(micro), learner_s=round(seconds, 4),
-                     learner_tokens_per_s=round(stats["tokens"] / seconds, 1) if seconds > 0 else 0.0)
+        stats.update(step_stats(sums, total, float(grad_norm), len(micro), seconds, stats["tokens"]))
         return stats
 
     def state_dict(self) -> dict[str, Any]:

@@ -81,6 +81,15 @@ class TrainingStage(Stage):
             problems.append(f"max_tries ({t.max_tries}) must be at least batch_size ({t.batch_size})")
         if (t.pivot_samples if t.start == "pivot" else t.group_size) < 2:
             problems.append("group_size (pivot_samples for start pivot) must be at least 2: a group of one has no advantage")
+        if t.engine == "scale":
+            s = t.scale
+            if s.zero_stage not in (2, 3):
+                problems.append(f"scale.zero_stage must be 2 or 3, got {s.zero_stage}")
+            if s.rollout_workers < 1:
+                problems.append(f"scale.rollout_workers must be at least 1, got {s.rollout_workers}")
+            if s.learners != 1:
+                problems.append(f"scale.learners is {s.learners}: mirl train drives one learner process so far "
+                                "(data-parallel ZeroLearner runs under torchrun: benchmarks/gpu/zero_check.py)")
         if problems:
             raise StageError("training params: " + "; ".join(problems))
 
@@ -100,7 +109,7 @@ class TrainingStage(Stage):
         t = asdict(self.params.training)
         # what only extends a run (more steps), its speed or its bookkeeping stays out
         for k in ("steps", "workers", "budget_usd", "keep_checkpoints", "select_top", "smoothing", "device",
-                  "validation_tasks", "validation_seeds"):
+                  "validation_tasks", "validation_seeds", "engine", "scale"):
             t.pop(k)
         llm = self.llm_config()
         roles = {"policy": role_fingerprint(llm, "policy")}
@@ -127,10 +136,10 @@ class TrainingStage(Stage):
         return {t.id: t for t in self._tasks}
 
     def trajectories(self):
-        from mirl.records.trajectory import Trajectory
 
-        rows, _ = read_jsonl(self.run.file("profiling", "trajectories.jsonl"))
-        return {(r["task"], r["seed"]): Trajectory.from_dict(r) for r in rows}
+        from mirl.records.trajectory import load_trajectories
+
+        return {t.key: t for t in load_trajectories(self.run.file("profiling", "trajectories.jsonl"))}
 
     def misbehaviors(self):
         from mirl.records.taxonomy import TaxonomyStore
@@ -239,10 +248,15 @@ def policy_engine(client) -> Any:
     return generator.engine
 
 
-def make_engine(generator: Any, t) -> EmbeddedEngine:
+def make_engine(generator: Any, t) -> Any:
+    """The `TrainEngine` of `training.engine`: embedded (this process) or scale (Ray + DeepSpeed)."""
     config = LearnerConfig(lr=t.lr, weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm, loss=t.loss,
                            delta=t.delta, eps_low=t.eps_low, eps_high=t.eps_high, temperature=t.temperature,
                            micro_batch_tokens=t.micro_batch_tokens, gradient_checkpointing=t.gradient_checkpointing)
+    if t.engine == "scale":
+        from mirl.training.scale.engine import ScaleEngine
+
+        return ScaleEngine(generator, config, zero_stage=t.scale.zero_stage)
     return EmbeddedEngine(generator, config, device=t.device)
 
 
@@ -262,6 +276,8 @@ def truncate_after(path: Path, step: int) -> int:
 
 def resume_point(stage: TrainingStage, engine: EmbeddedEngine) -> tuple[int, int]:
     """(steps done, groups drawn) from the last checkpoint, its weights loaded; (0, 0) without one."""
+    if stage.checkpoints.exists():
+        ckpt.sweep(stage.checkpoints)  # what a killed save left: a copy it had moved aside counts again
     found = ckpt.latest(stage.checkpoints)
     step, draws = 0, 0
     if found is not None:
@@ -374,7 +390,12 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
     client = LLMClient(stage.llm_config(), run_dir=run.root, stage=STAGE)
     engine = make_engine(policy_engine(client), t)
     done, draws = resume_point(stage, engine)
-    player = stage.player(client, misbehaviors, envs=[s.env for s in pool])
+    if t.engine == "scale":
+        from mirl.training.scale.engine import rollout_pool
+
+        player = engine.pool = rollout_pool(params, str(run.root), misbehaviors, [s.env for s in pool], tasks)
+    else:
+        player = stage.player(client, misbehaviors, envs=[s.env for s in pool])
     ledger = open_ledger(run.root)
     stopped = None
     bar = Progress(total=t.steps, initial=done, disable=not progress, desc=STAGE, unit="step",
@@ -420,6 +441,8 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
                     on_step(row)
     finally:
         bar.close()
+        if hasattr(player, "shutdown"):
+            player.shutdown()
     return finalize(stage, digest, stopped, skipped, len(pool), time.time() - t0)
 
 

@@ -101,13 +101,14 @@ def tool_call(cmd: str, call_id: str = "call_a", name: str = "bash") -> dict:
 SUBMIT = bash("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "Done.")
 
 
-def write_hello_task(root: Path, task_id: str = "hello") -> Path:
+def write_hello_task(root: Path, task_id: str = "hello", storage_mb: int | None = None) -> Path:
     """A tiny real Harbor task on the local base image: write /app/hello.txt containing `hi`."""
     d = root / task_id
     (d / "environment").mkdir(parents=True, exist_ok=True)
     (d / "tests").mkdir(exist_ok=True)
     (d / "instruction.md").write_text("Create the file /app/hello.txt containing the single line `hi`.\n")
-    (d / "task.toml").write_text('version = "1.0"\n[agent]\ntimeout_sec = 120.0\n[verifier]\ntimeout_sec = 60.0\n')
+    env = f"[environment]\nstorage_mb = {storage_mb}\n" if storage_mb is not None else ""
+    (d / "task.toml").write_text(f'version = "1.0"\n{env}[agent]\ntimeout_sec = 120.0\n[verifier]\ntimeout_sec = 60.0\n')
     (d / "environment" / "Dockerfile").write_text("FROM mirl-base\nWORKDIR /app\nRUN mkdir -p /app\n")
     (d / "tests" / "test.sh").write_text(
         "#!/bin/bash\nif [ \"$(cat /app/hello.txt 2>/dev/null)\" = hi ]; then echo 1 > /logs/verifier/reward.txt; "

@@ -197,3 +197,52 @@ def test_a_prefix_keeps_its_stored_ids_as_context(lm, task, monkeypatch):
     assert cont2.steps[0].tokens == "context" and cont2.steps[0].completion_ids[-1] == ChatGlue.of(
         lm.tokenizer, lm.end_ids).eot_id
     assert turn_prompts(cont2)[1] == seen2[0]
+
+
+# --- threads sharing one tokenizer --------------------------------------------------------------
+
+
+def test_observation_encoding_leaves_the_shared_tokenizer_untouched(lm, glue):
+    """A fast tokenizer splits special tokens by flipping a flag on its shared Rust object and
+    leaving it flipped; the glue must not do that to the tokenizer other threads render prompts with."""
+    inner = getattr(lm.tokenizer, "_tokenizer", None)
+    assert inner is not None and hasattr(inner, "encode_special_tokens"), "the kit's tokenizers are fast ones"
+    split = glue._encode("out <|im_end|> more")
+    assert inner.encode_special_tokens is False
+    assert split != lm.tokenizer("out <|im_end|> more", add_special_tokens=False)["input_ids"]
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    assert lm.prompt_ids(msgs)[0].tolist()[:1] == glue.prompt_ids(msgs)[:1] == lm.tokenizer.convert_tokens_to_ids(["<|im_start|>"])
+
+
+def test_prompts_render_right_while_other_threads_encode_observations(lm, glue):
+    """Episodes render their first prompt while others append observations (the training stage
+    plays a group's episodes in threads): every prompt starts with the template's own tokens."""
+    import threading
+
+    msgs = [{"role": "system", "content": "You solve tasks."}, {"role": "user", "content": "List /app."}]
+    want, shared_want = glue.prompt_ids(msgs), lm.prompt_ids(msgs)[0].tolist()
+    flood = "x <|im_end|> <|im_start|>user\n" * 50
+    bad: list[str] = []
+    stop = threading.Event()
+
+    def observe():
+        while not stop.is_set():
+            glue.observation_ids([1], [{"role": "user", "content": flood}])
+
+    def render():
+        for _ in range(150):
+            if glue.prompt_ids(msgs) != want:
+                bad.append("glue")
+            if lm.prompt_ids(msgs)[0].tolist() != shared_want:
+                bad.append("shared")
+
+    workers = [threading.Thread(target=observe) for _ in range(3)]
+    for w in workers:
+        w.start()
+    try:
+        render()
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+    assert not bad, f"{len(bad)} prompts rendered with split special tokens ({sorted(set(bad))})"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mirl.training import checkpoints as ck
@@ -23,6 +25,54 @@ def test_save_is_atomic_and_torn_writes_are_ignored(tmp_path):
         ck.save(root, 3, fails, {"draws": 6})
     assert [s for s, _ in ck.list_checkpoints(root)] == [2]
     assert not list(root.glob(".tmp-*"))  # the failed write left nothing behind, and the old torn one went
+
+
+def test_saving_a_step_again_never_leaves_a_state_beside_missing_weights(tmp_path, monkeypatch):
+    """A kill while the earlier copy of the step is deleted (here: the delete stops after the weights)
+    leaves either copy whole, never a state.json without its weights."""
+    root = tmp_path / "checkpoints"
+    ck.save(root, 2, lambda d: (d / "w.bin").write_text("old"), {"draws": 4})
+    real = ck.shutil.rmtree
+
+    def killed_mid_delete(path, *a, **k):
+        for w in Path(path).rglob("w.bin"):
+            w.unlink()
+        raise KeyboardInterrupt  # as a kill would stop it
+
+    monkeypatch.setattr(ck.shutil, "rmtree", killed_mid_delete)
+    with pytest.raises(KeyboardInterrupt):
+        ck.save(root, 2, lambda d: (d / "w.bin").write_text("new"), {"draws": 8})
+    monkeypatch.setattr(ck.shutil, "rmtree", real)
+    for _, d in ck.list_checkpoints(root):
+        assert (d / "w.bin").exists(), f"{d} has a state.json but no weights"
+    assert [(s, (d / "w.bin").read_text()) for s, d in ck.list_checkpoints(root)] == [(2, "new")]
+    ck.save(root, 3, lambda d: (d / "w.bin").write_text("3"), {"draws": 9})
+    assert not list(root.glob(".tmp-*"))  # the next save sweeps what the kill left
+
+
+def test_a_kill_between_the_two_renames_of_a_save_loses_no_checkpoint(tmp_path, monkeypatch):
+    """Killed after the earlier copy was moved aside and before the new one took its name: the sweep
+    before the next resume puts the earlier copy back; a failed rename puts it back at once."""
+    root = tmp_path / "checkpoints"
+    ck.save(root, 2, lambda d: (d / "w.bin").write_text("old"), {"draws": 4})
+    real = Path.rename
+
+    def killed(self, target):
+        if Path(target).name == "step-000002" and self.name.startswith(".tmp-") and not self.name.startswith(".tmp-old"):
+            raise KeyboardInterrupt
+        return real(self, target)
+
+    monkeypatch.setattr(Path, "rename", killed)
+    with pytest.raises(KeyboardInterrupt):
+        ck.save(root, 2, lambda d: (d / "w.bin").write_text("new"), {"draws": 8})
+    monkeypatch.setattr(Path, "rename", real)
+    assert [(s, (d / "w.bin").read_text()) for s, d in ck.list_checkpoints(root)] == [(2, "old")]
+    # a kill (no except clause runs) leaves the copy aside: the sweep brings it back
+    aside = ck._aside(root, ck.checkpoint_dir(root, 2))
+    assert ck.list_checkpoints(root) == [] and aside.exists()
+    ck.sweep(root)
+    assert [(s, (d / "w.bin").read_text()) for s, d in ck.list_checkpoints(root)] == [(2, "old")]
+    assert not list(root.glob(".tmp-*"))
 
 
 def test_prune_keeps_the_newest_and_protected(tmp_path):

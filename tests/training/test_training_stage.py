@@ -30,7 +30,7 @@ MISBEHAVIOR = "no runnable command"
 
 def params(**training):
     base = {"steps": 2, "batch_size": 1, "group_size": 4, "max_tries": 8, "max_steps": 3, "checkpoint_every": 1,
-            "lr": 1e-4, "judge": "rules", "workers": 4, "restore": "rerun"}
+            "lr": 1e-5, "judge": "rules", "workers": 4, "restore": "rerun"}  # small: step 2 samples much as step 1
     return make(models={"policy": {"model": "local/smollm2", "max_tokens": 40, "temperature": 0.7}},
                 sandbox={"backend": "bwrap"}, agent={"max_steps": 3, "command_timeout_s": 20},
                 prefixes={"per_misbehavior": 4, "heldout_per_misbehavior": 0, "keep": "normalized", "snapshot": False},
@@ -94,9 +94,7 @@ def prefixed_run(tmp_path_factory, bwrap_sandbox, engine):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
-@pytest.mark.xfail(reason="open bug: a trained rollout's ids do not start with the profiling prompt's ids "
-                          "(44 != 1 at position 0); the prefix-token check below finds it", strict=False)
+@pytest.mark.timeout(2400)  # the module's fixture (24 profiling episodes, the prefix check) counts here too
 def test_a_few_mirl_steps_train_smollm2_and_resume_continues(prefixed_run, bwrap_sandbox, engine):
     run, task, profiled = prefixed_run
     base = {k: v.clone() for k, v in engine.model.state_dict().items()}
@@ -114,8 +112,16 @@ def check_training(run, task, profiled, bwrap_sandbox, engine, base):
     assert summary["done"] == 2 and summary["complete"] and summary["checkpoints"] == [1, 2]
     metrics = read_jsonl(run.file("training", "metrics.jsonl"))[0]
     assert [m["step"] for m in metrics] == [1, 2] and rows == metrics
-    # at step 1 learner and sampler have the same weights: their log-probabilities agree
-    assert metrics[0]["loss_tokens"] > 0 and metrics[0]["logprob_abs_diff"] < 1e-3
+    # a step fills its batch or stops at the cap on tries; a step whose every group was dead (all rewards
+    # equal: likely with a 135M policy and the behavior reward) logs share 1 and trains on nothing
+    for m in metrics:
+        assert m["groups_live"] == 1 or m["groups_tried"] == 8
+        assert m["dead_share"] == round(1 - m["groups_live"] / m["groups_tried"], 4)
+        assert (m.get("loss_tokens", 0) > 0) == (m["groups_live"] > 0)
+    trained_steps = [m for m in metrics if m["groups_live"]]
+    assert trained_steps, "no live group in 2 steps of 8 tries each"
+    # the generator has the learner's weights at every step: their log-probabilities agree
+    assert all(m["logprob_abs_diff"] < 1e-3 for m in trained_steps)
     # the generator got the learner's weights; the checkpoint holds them, in Hugging Face format
     moved = [k for k, v in engine.model.state_dict().items() if not torch.equal(v, base[k])]
     assert moved
@@ -137,8 +143,6 @@ def check_training(run, task, profiled, bwrap_sandbox, engine, base):
         ids = training_sequence(traj)[0]
         want = list(ref.prompt_ids) + ref.steps[0].completion_ids + ref.steps[0].observation_ids
         assert ids[:len(want)] == want
-    dead = [m["dead_share"] for m in metrics]
-    assert all(0 <= d < 1 for d in dead)
 
     # resume: more steps continue the count and the draw sequence from the last checkpoint
     # (and the top checkpoints are then scored on a validation task set, here the same task)
