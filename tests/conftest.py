@@ -100,3 +100,18 @@ def task_factory(tmp_path):
         return load_task(write_task(tmp_path / name, **kwargs))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def mirl_kernel(tmp_path_factory):
+    """JUPYTER_PATH holding a `mirl` kernelspec for this interpreter (as scripts/setup.sh registers one)."""
+    from tests.batch.batch_pipeline import register_kernel
+
+    path = register_kernel(tmp_path_factory.mktemp("kernel"))
+    old = os.environ.get("JUPYTER_PATH")
+    os.environ["JUPYTER_PATH"] = path
+    yield path
+    if old is None:
+        os.environ.pop("JUPYTER_PATH", None)
+    else:
+        os.environ["JUPYTER_PATH"] = old

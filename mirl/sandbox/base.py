@@ -48,11 +48,14 @@ Details every backend keeps the same way:
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from mirl.paths import user_cache_dir  # noqa: F401  (re-exported: the sandbox modules' cache root)
 from mirl.tasks import Task
+
+log = logging.getLogger(__name__)
 
 DEFAULT_COMMAND_TIMEOUT_S = 120.0
 DEFAULT_OUTPUT_LIMIT = 10_000
@@ -181,6 +184,21 @@ def task_env(task: Task) -> dict[str, str]:
         return resolve(task.environment_env, what=f"task {task.id}: [environment] env")
     except MissingVariable as e:
         raise SandboxError(str(e)) from None
+
+
+_storage_warned: set[str] = set()
+
+
+def warn_unbounded_storage(task: Task, backend: str, reason: str = "") -> None:
+    """Say once a backend, when a task asks for `storage_mb` that the backend cannot bound here, rather
+    than pretend: bwrap on a host without free loop devices or mkfs.ext4, containers whose engine
+    storage is not on this host (its upper directories cannot be watched)."""
+    if task.storage_mb is not None and backend not in _storage_warned:
+        _storage_warned.add(backend)
+        log.warning(
+            "task %s asks for storage_mb = %s; the %s backend does not bound disk use%s: a command that fills the "
+            "disk is stopped by the host's free space only (the session's files are removed at close)",
+            task.id, task.storage_mb, backend, f" here ({reason})" if reason else "")
 
 
 def refuse_steps(task: Task, backend: str) -> None:

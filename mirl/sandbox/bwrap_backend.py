@@ -5,12 +5,15 @@ task's cached layer (see `mirl.sandbox.layers`) as read-only lowers and a per-se
 upper in a temp dir. The overlay is mounted in a private mount namespace that only the sandbox
 holds, so nothing is left mounted on the host whatever happens. bwrap then adds /proc, /dev, new
 pid/ipc/uts (and, unless the task may use the internet, network) namespaces, Docker's default
-capability set minus CAP_MKNOD, and dies with its parent.
+capability set minus CAP_MKNOD (the bounding set too: the init drops the rest), the task's
+`memory_mb` as a cgroup-v1 memory limit, and dies with its parent. A task's `storage_mb` bounds the
+upper layer: it lives on a sparse ext4 image of that size, loop-mounted in the same private namespace
+(`mirl.sandbox.loop_disk`).
 
 A session is ONE long-lived sandbox whose pid 1 is a tiny init (`init_script.py`): commands are
 forked by it, so services the agent starts survive between commands and nothing enters the
 sandbox from outside with host privileges. Process counts are capped with a cgroup-v1 `pids`
-group when the host has one.
+group when the host has one (a warning says when it has none).
 
 bwrap 0.8 has no --overlay options, and copying the 1.4 GB rootfs per session is far too slow,
 hence the kernel overlay. `--die-with-parent` ties the sandbox to the *thread* that started it:
@@ -39,7 +42,7 @@ import time
 import uuid
 from pathlib import Path
 
-from mirl.sandbox import layers
+from mirl.sandbox import layers, loop_disk
 from mirl.sandbox.base import (
     TIMEOUT_EXIT_CODE,
     CommandResult,
@@ -50,12 +53,14 @@ from mirl.sandbox.base import (
     refuse_steps,
     task_env,
     user_cache_dir,
+    warn_unbounded_storage,
 )
 from mirl.sandbox.channel import Channel
 from mirl.sandbox.docker_images import safe_name
 from mirl.sandbox.init_script import INIT_CODE
+from mirl.sandbox.loop_disk import DiskUnavailable, LoopDisk
 from mirl.sandbox.owner import owner_gone, owner_id
-from mirl.sandbox.process import MARKER_VAR, PidsCgroup, collect, enlarge_pipe
+from mirl.sandbox.process import MARKER_VAR, MemoryCgroup, PidsCgroup, collect, enlarge_pipe
 from mirl.sandbox.snapshot import META, check_task, snapshots_dir, unknown
 from mirl.sandbox.verifier import run_verifier
 from mirl.tasks import Task
@@ -69,10 +74,22 @@ CAPABILITIES = (
     "CAP_AUDIT_WRITE", "CAP_NET_RAW",
 )
 PIDS_LIMIT = 1024
+# host-wide /proc files that root may write, read-only as in containers (sysrq-trigger reboots the host)
+PROC_READ_ONLY = ("/proc/sysrq-trigger",)
 START_TIMEOUT_S = 15.0
 TMP_PREFIX, OWNER_FILE, PARTIAL_PREFIX, DROP_PREFIX = "mirl-bwrap-", ".mirl-owner", ".partial-", ".dropped-"
 _swept = False
 KILL_REPLY_S = 1.8  # kill_tree gives up after 1.5 s; the call must return within timeout + 2 s
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(what: str, message: str) -> None:
+    """Say once a process that the host lacks a limit (every session would repeat it)."""
+    if what not in _warned:
+        _warned.add(what)
+        log.warning(message)
 
 
 def rootfs_path() -> Path:
@@ -118,6 +135,8 @@ def sweep_stale() -> None:
             continue
         if owner_gone(owner):
             log.info("removing %s, left by a run that ended without cleaning up", d)
+            for device in loop_disk.stale_devices(d):  # killed before its disk's autoclear was set
+                loop_disk.detach(device)
             shutil.rmtree(d, ignore_errors=True)
     for d in snapshots_dir("bwrap").glob(f"{PARTIAL_PREFIX}*"):  # snapshots whose save was cut short
         try:
@@ -130,6 +149,19 @@ def sweep_stale() -> None:
     for d in snapshots_dir("bwrap").glob(f"{DROP_PREFIX}*"):  # dropped snapshots whose delete was cut short
         shutil.rmtree(d, ignore_errors=True)
     PidsCgroup.sweep_stale()
+    MemoryCgroup.sweep_stale()
+
+
+def bounded_disk(task: Task, tmp: Path) -> LoopDisk | None:
+    """The session's disk of `storage_mb` (mirl.sandbox.loop_disk), or None when the task names no size or
+    the host cannot give one (then a warning, once, says disk use is unbounded and why)."""
+    if task.storage_mb is None:
+        return None
+    try:
+        return LoopDisk.create(tmp / "disk.img", task.storage_mb)
+    except DiskUnavailable as e:
+        warn_unbounded_storage(task, "bwrap", reason=str(e))
+        return None
 
 
 def copy_tree(src: Path, dest: Path) -> None:
@@ -157,13 +189,19 @@ _unshare, _mount = _libc.unshare, _libc.mount
 CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x00020000, 0x4000, 1 << 18
 
 
-def _overlay_preexec(options: bytes, merged: bytes, cgroup: PidsCgroup | None):
+def _overlay_preexec(options: bytes, merged: bytes, cgroups: list[PidsCgroup], disk: tuple[bytes, bytes] | None):
     def preexec() -> None:
         if _unshare(CLONE_NEWNS) != 0 or _mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
             raise OSError(ctypes.get_errno(), "unshare mount namespace")
+        if disk is not None:  # the bounded disk the upper layer lives on (mirl.sandbox.loop_disk)
+            device, layer = disk
+            if _mount(device, layer, b"ext4", 0, None) != 0:
+                raise OSError(ctypes.get_errno(), "mount the session's disk")
+            for sub in (b"upper", b"work"):
+                os.makedirs(os.path.join(layer, sub), exist_ok=True)
         if _mount(b"overlay", merged, b"overlay", 0, options) != 0:
             raise OSError(ctypes.get_errno(), "mount overlay")
-        if cgroup is not None:
+        for cgroup in cgroups:
             cgroup.join_self()
 
     return preexec
@@ -180,6 +218,8 @@ class Box:
         network: bool = False,
         base_env: dict[str, str] | None = None,
         hostname: str = "sandbox",
+        memory_mb: int | None = None,
+        disk: LoopDisk | None = None,
     ):
         self.dir = workdir
         self.base_env = base_env or {}
@@ -187,16 +227,39 @@ class Box:
         self.closed = False
         self.proc: subprocess.Popen | None = None
         self.next_id = 0
-        upper, work, merged = (workdir / n for n in ("upper", "work", "root"))
-        for d in (upper, work, merged):
+        self.disk = disk
+        # the writable layer: on the session's bounded disk when it has one, else in its temp dir
+        self.layer = workdir / "disk" if disk is not None else workdir
+        upper, work, merged = self.layer / "upper", self.layer / "work", workdir / "root"
+        for d in (merged,) if disk is not None else (upper, work, merged):
             d.mkdir(parents=True, exist_ok=True)
+        self.layer.mkdir(exist_ok=True)
+        self.cgroup = self.memory = self.chan = None
+        try:
+            self._start(lowers, workdir, binds, network, hostname, memory_mb, disk, upper, work, merged)
+        except BaseException:  # nothing of a half-started sandbox outlives it: cgroups, socket, bwrap, disk
+            self.close()
+            raise
+
+    def _start(self, lowers, workdir, binds, network, hostname, memory_mb, disk, upper, work, merged) -> None:
         options = f"lowerdir={':'.join(str(p) for p in lowers)},upperdir={upper},workdir={work}".encode()
-        self.cgroup = PidsCgroup.create(f"mirl-{uuid.uuid4().hex[:12]}", PIDS_LIMIT)
+        name = f"mirl-{uuid.uuid4().hex[:12]}"
+        self.cgroup = PidsCgroup.create(name, PIDS_LIMIT)
+        if self.cgroup is None:
+            _warn_once("pids", f"this host gives no cgroup-v1 pids controller at {PidsCgroup.ROOT}: a fork bomb in a "
+                       "bwrap sandbox is bounded by the command timeout only")
+        self.memory = MemoryCgroup.create(name, int(memory_mb) << 20) if memory_mb is not None else None
+        if memory_mb is not None and self.memory is None:
+            _warn_once("memory", f"this host gives no cgroup-v1 memory controller at {MemoryCgroup.ROOT}: the tasks' "
+                       "memory_mb is not enforced in bwrap sandboxes")
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.chan = Channel(host, "the sandbox")
         args = ["bwrap", "--bind", str(merged), "/", "--proc", "/proc", "--dev", "/dev"]
         # bwrap does not always cover /proc/sys; its knobs are host-wide (vm.drop_caches, kernel.*)
         args += ["--ro-bind", "/proc/sys", "/proc/sys"]
+        for path in PROC_READ_ONLY:  # where the kernel has them (a fresh /proc would make them writable)
+            if os.path.exists(path):
+                args += ["--ro-bind", path, path]
         for src, dest in binds:
             args += ["--ro-bind", str(src), dest]
         args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", hostname]
@@ -216,19 +279,31 @@ class Box:
                     stdout=errlog,
                     stderr=errlog,
                     pass_fds=(child.fileno(),),
-                    preexec_fn=_overlay_preexec(options, str(merged).encode(), self.cgroup),
+                    preexec_fn=_overlay_preexec(options, str(merged).encode(),
+                                                [c for c in (self.cgroup, self.memory) if c is not None],
+                                                (disk.device.encode(), str(self.layer).encode()) if disk else None),
                     start_new_session=True,
                 )
         except subprocess.SubprocessError as e:
+            what = "the session's disk or the overlay" if disk is not None else "the overlay"
+            raise SandboxError(f"could not start the sandbox (mounting {what} failed: {e}); is overlayfs "
+                               "available?") from e
+        finally:
             child.close()
-            self.close()
-            raise SandboxError(f"could not start the sandbox (mounting the overlay failed: {e}); is overlayfs available?") from e
-        child.close()
         ready = self.chan.wait_for(lambda m: m["op"] == "ready", START_TIMEOUT_S)
+        if disk is not None:  # mounted in the sandbox's namespace now (or never): it holds the device
+            disk.release()
         if ready is None:
             detail = self._log_tail()
-            self.close()
             raise SandboxError(f"the bwrap sandbox did not start: {detail or 'no output'}")
+
+    @property
+    def upper(self) -> Path:
+        """The upper directory as the host can read it: a bounded disk is mounted only in the sandbox's
+        namespace, which bwrap's own process is in."""
+        if self.disk is None or self.proc is None:
+            return self.layer / "upper"
+        return Path(f"/proc/{self.proc.pid}/root") / os.path.realpath(self.layer).lstrip("/") / "upper"
 
     def _log_tail(self) -> str:
         try:
@@ -302,7 +377,8 @@ class Box:
             return
         self.closed = True
         try:
-            self.chan.sock.close()
+            if self.chan is not None:
+                self.chan.sock.close()
         except OSError:
             pass
         if self.proc is not None:
@@ -315,9 +391,12 @@ class Box:
             except subprocess.TimeoutExpired:
                 log.warning("bwrap process %d did not exit", self.proc.pid)
             self.proc = None
-        if self.cgroup is not None:
-            self.cgroup.remove()
-            self.cgroup = None
+        for attr in ("cgroup", "memory"):
+            if getattr(self, attr, None) is not None:
+                getattr(self, attr).remove()
+                setattr(self, attr, None)
+        if self.disk is not None:
+            self.disk.release()
 
 
 class BwrapSession:
@@ -332,11 +411,23 @@ class BwrapSession:
         (self.tmp / OWNER_FILE).write_text(owner_id())  # lets a later run sweep it if this one is killed
         network = bool(config.allow_internet and task.allow_internet)
         base_env = {"PATH": layers.DEFAULT_PATH, "HOME": "/root", "HOSTNAME": "sandbox", **env}
+        disk = None
         try:
+            disk = bounded_disk(task, self.tmp)
             if upper is not None:  # a snapshot's upper directory: the new session's changes start from it
-                copy_tree(upper, self.tmp / "upper")
-            self.box = Box(lowers, self.tmp, network=network, base_env=base_env)
+                if disk is None:
+                    copy_tree(upper, self.tmp / "upper")
+                else:
+                    (self.tmp / "disk").mkdir()
+                    r = disk.run_mounted(self.tmp / "disk", ["cp", "-a", "--reflink=auto", str(upper),
+                                                             str(self.tmp / "disk" / "upper")])
+                    if r.returncode != 0:
+                        raise SandboxError(f"copying snapshot {upper} onto the session's {task.storage_mb} MB disk "
+                                           f"failed: {(r.stderr or r.stdout).strip()[-400:]}")
+            self.box = Box(lowers, self.tmp, network=network, base_env=base_env, memory_mb=task.memory_mb, disk=disk)
         except BaseException:
+            if disk is not None:
+                disk.release()
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise
 
@@ -382,7 +473,7 @@ class BwrapSession:
         try:
             (partial / OWNER_FILE).write_text(owner_id())  # swept if this run dies mid-copy
             with self.box.lock:  # no command of ours writes while the copy runs
-                copy_tree(self.tmp / "upper", partial / "upper")
+                copy_tree(self.box.upper, partial / "upper")
             meta = {"backend": "bwrap", "task": self.task.id, "lowers": [str(p) for p in self.lowers],
                     "created": round(time.time(), 3)}
             (partial / META).write_text(json.dumps(meta, indent=1) + "\n")

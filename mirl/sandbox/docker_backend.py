@@ -39,7 +39,9 @@ from mirl.sandbox.base import (
     SandboxError,
     VerifyResult,
     task_env,
+    warn_unbounded_storage,
 )
+from mirl.sandbox.disk_watch import POLL_S, DiskWatch
 from mirl.sandbox.docker_images import (
     TaskImages,
     build_failure,
@@ -49,6 +51,7 @@ from mirl.sandbox.docker_images import (
     safe_name,
 )
 from mirl.sandbox.owner import owner_gone, owner_id
+from mirl.sandbox.podman import DEFAULT_ULIMITS
 from mirl.sandbox.snapshot import LABEL, REPOSITORY, check_task, decode_meta, encode_meta, unknown
 from mirl.sandbox.verifier import run_verifier
 from mirl.tasks import Task, TaskStep
@@ -164,6 +167,10 @@ class DockerSandbox(TaskImages):
             kwargs["nano_cpus"] = int(max(0.1, task.cpus) * 1e9)
         if task.memory_mb is not None:
             kwargs["mem_limit"] = f"{max(64, int(task.memory_mb))}m"
+        if task.storage_mb is not None:  # no file past the task's disk (mirl.sandbox.disk_watch bounds the total);
+            size = int(task.storage_mb) << 20  # ulimits given replace the engine's defaults: restate those
+            kwargs["ulimits"] = [docker.types.Ulimit(name=k, soft=a, hard=b) for k, (a, b) in DEFAULT_ULIMITS.items()]
+            kwargs["ulimits"].append(docker.types.Ulimit(name="fsize", soft=size, hard=size))
         if not network:
             kwargs["network_mode"] = "none"
         try:
@@ -180,6 +187,8 @@ class DockerSandbox(TaskImages):
             container.start()
             if self.use_pid1:
                 session.attach_pid1()
+            if task.storage_mb is not None:
+                session.watch_disk()
             if meta and meta.get("mounted"):
                 session.write_mounted(meta["mounted"])
         except Exception:
@@ -328,6 +337,18 @@ class DockerSession:
         self._pid1 = None  # the attach socket to PID 1's stdin/stdout, when it runs our command runner
         self._pid1_buf = b""
         self._pid1_lines: list[bytes] = []
+        self._disk: DiskWatch | None = None
+
+    def watch_disk(self) -> None:
+        """Bound the task's storage_mb by watching the container's upper directory while commands run
+        (`mirl.sandbox.disk_watch`); an engine whose storage is not on this host cannot be watched."""
+        self.container.reload()
+        upper = (self.container.attrs.get("GraphDriver") or {}).get("Data", {}).get("UpperDir")
+        if upper and os.path.isdir(upper):
+            self._disk = DiskWatch(Path(upper), self.task.storage_mb)
+        else:
+            warn_unbounded_storage(self.task, self.sandbox.name, reason="the engine's storage is not on this "
+                                   "host: single files are capped at storage_mb, the total is not")
 
     def attach_pid1(self, wait: float = 5.0) -> bool:
         """Connect to PID 1's runner; False (and exec mode) when the image has no python3."""
@@ -417,11 +438,19 @@ class DockerSession:
         started = time.monotonic()
         request = {"id": marker, "cmd": command, "cwd": self.workdir, "env": env or {}, "timeout": timeout, "limit": limit,
                    "pids_limit": PIDS_LIMIT}
+        over_disk = False
         try:
             self._pid1_send(request)
             while True:
-                reply = self._pid1_recv(started + timeout + 1.5 - time.monotonic())
+                left = started + timeout + 1.5 - time.monotonic()
+                watching = self._disk is not None and not over_disk and left > 0
+                reply = self._pid1_recv(min(left, POLL_S) if watching else left)
                 if reply is None:
+                    if watching:
+                        if self._disk.over():  # stop the command as a timeout would; the reply follows
+                            over_disk = True
+                            self._kill_marked(marker)
+                        continue
                     raise OSError("no reply from PID 1 in time")
                 if reply.get("id") == marker:
                     break  # replies to anything else (e.g. written to /proc/1/fd/0 by a command) are ignored
@@ -438,8 +467,8 @@ class DockerSession:
         buffer.tail = bytearray(base64.b64decode(reply["tail"]))
         buffer.total = int(reply["total"])
         return CommandResult(
-            output=buffer.text(), exit_code=int(reply["exit"]), duration_s=time.monotonic() - started,
-            timed_out=bool(reply["timed_out"]), truncated=buffer.truncated,
+            output=buffer.text() + (self._disk.note() if over_disk else ""), exit_code=int(reply["exit"]),
+            duration_s=time.monotonic() - started, timed_out=bool(reply["timed_out"]), truncated=buffer.truncated,
         )
 
     def _run_exec(self, command: str, timeout: float, env: dict[str, str] | None, output_limit: int | None) -> CommandResult:

@@ -20,7 +20,8 @@ the init answers in plain ASCII words, so the host never deserialises anything r
   background children that still write to it do not die of SIGPIPE.
 - host -> init ``{"op": "kill", "id", "marker", "sid"}``: SIGKILL every process whose environ
   holds the marker or whose session is `sid`, until none is left. Reply ``killed ID``.
-- init -> host ``ready PID`` once, at start.
+- init -> host ``ready PID`` once, at start, after dropping from the capability bounding set
+  every capability bwrap did not leave it (bwrap run by root keeps the bounding set full).
 """
 
 INIT_CODE = r"""
@@ -209,6 +210,30 @@ def reap():
             code = os.waitstatus_to_exitcode(status)
             send("exit", running.pop(pid), code if code >= 0 else 128 - code)
 
+def drop_bounding_set():
+    # bwrap run by root lowers the effective set but leaves the bounding set full, so a setuid or
+    # file-capability binary could regain any capability: keep only what the init holds
+    with open("/proc/self/status") as f:
+        held = int(next(line for line in f if line.startswith("CapEff:")).split()[1], 16)
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    import _ctypes  # the C module alone: the ctypes package would add ~20 ms to every session start
+
+    class c_int(_ctypes._SimpleCData):
+        _type_ = "i"
+
+    class CFunc(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+        _restype_ = c_int
+
+    prctl = CFunc(_ctypes.dlsym(_ctypes.dlopen(None, os.RTLD_NOW), "prctl"))
+    for cap in range(last + 1):
+        if not held >> cap & 1 and prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            sys.stderr.write("mirl init: cannot drop capability %d from the bounding set: %s\n"
+                             % (cap, os.strerror(_ctypes.get_errno())))
+            sys.exit(1)
+
+drop_bounding_set()
 send("ready", os.getpid())
 while True:
     ready, _, _ = select.select([ctl.fileno(), wr] + list(drains), [], [])

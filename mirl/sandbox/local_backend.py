@@ -63,25 +63,30 @@ SESSION_VAR = "MIRL_SESSION"
 PIDS_LIMIT = 1024
 RUNNER_START_S = 15.0
 _unshare_ok: bool | None = None
+_unshare_lock = threading.Lock()
 
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, MS_BIND, MS_REC, MS_PRIVATE = 0x00020000, 0x1000, 0x4000, 1 << 18
 
 
 def unshare_works() -> bool:
-    """Root and `unshare --mount` usable (containers without CAP_SYS_ADMIN say no)."""
+    """Root and `unshare --mount` usable (containers without CAP_SYS_ADMIN say no). Checked once per
+    process; sessions starting at the same time wait for the one check rather than reading a
+    half-made answer (which once sent concurrent sessions to the host's real /app)."""
     global _unshare_ok
-    if _unshare_ok is None:
-        _unshare_ok = False
-        if os.geteuid() == 0 and shutil.which("unshare"):
-            try:
-                r = subprocess.run(
-                    ["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, timeout=10
-                )
-                _unshare_ok = r.returncode == 0
-            except (OSError, subprocess.SubprocessError):
-                pass
-    return _unshare_ok
+    with _unshare_lock:
+        if _unshare_ok is None:
+            ok = False
+            if os.geteuid() == 0 and shutil.which("unshare"):
+                try:
+                    r = subprocess.run(
+                        ["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, timeout=10
+                    )
+                    ok = r.returncode == 0
+                except (OSError, subprocess.SubprocessError):
+                    pass
+            _unshare_ok = ok
+        return _unshare_ok
 
 
 def _installs(step: layers.Step) -> bool:

@@ -24,11 +24,12 @@ from mirl.sandbox.base import SandboxError, user_cache_dir
 
 log = logging.getLogger(__name__)
 
-CONTAINERS_CONF = """\
+DEFAULT_ULIMITS = {"nofile": (1024, 1024), "nproc": (4096, 4096)}  # a request's own ulimits replace these
+CONTAINERS_CONF = f"""\
 [engine]
 runtime = "runc"
 [containers]
-default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
+default_ulimits = [{", ".join(f'"{k}={a}:{b}"' for k, (a, b) in DEFAULT_ULIMITS.items())}]
 """
 
 
@@ -149,6 +150,7 @@ def _start_podman(timeout: float) -> str:
             stdout=logfile,
             stderr=logfile,
             start_new_session=True,  # outlives this process, like a daemon
+            cwd=sock.parent,  # not the starter's directory: conmon writes files (an `oom` marker) into its cwd
         )
         logfile.close()
         pid_path().write_text(str(proc.pid))

@@ -10,8 +10,9 @@ Three problems every such backend has, solved once:
   (`kill_tree`): every command carries a marker in its environment (`MIRL_CMD=<uuid>`) and runs in
   its own session, so a process is ours if its environ holds the marker or its session id is the
   command's. Scanning /proc repeatedly outlasts a fork bomb.
-- *Bounding process count* with a cgroup-v1 `pids` controller when the host offers one
-  (`PidsCgroup`), so a fork bomb cannot starve the machine before the timeout strikes.
+- *Bounding process count and memory* with cgroup-v1 `pids` and `memory` controllers when the
+  host offers them (`PidsCgroup`, `MemoryCgroup`), so a fork bomb or a memory hog cannot starve
+  the machine before the timeout strikes.
 """
 
 from __future__ import annotations
@@ -255,10 +256,13 @@ def kill_tree(tokens: Iterable[bytes], sids: Iterable[int] = (), max_s: float = 
 # --- cgroups ------------------------------------------------------------------------------
 
 PIDS_ROOT = Path("/sys/fs/cgroup/pids")
+MEMORY_ROOT = Path("/sys/fs/cgroup/memory")
 
 
 class PidsCgroup:
     """A cgroup-v1 `pids` group capping how many processes a session may have; None if unavailable."""
+
+    ROOT, LIMIT_FILE, WHAT = PIDS_ROOT, "pids.max", "fork bombs are bounded by the timeout only"
 
     def __init__(self, path: Path):
         self.path = path
@@ -266,20 +270,25 @@ class PidsCgroup:
     @classmethod
     def create(cls, name: str, limit: int) -> PidsCgroup | None:
         """A group named `name` plus its owner (this process), so `sweep_stale` can find it orphaned."""
-        if os.geteuid() != 0 or not (PIDS_ROOT / "cgroup.procs").exists():
+        root = cls.ROOT
+        if os.geteuid() != 0 or not (root / "cgroup.procs").exists():
             return None
-        path = PIDS_ROOT / f"{name}_{owner_id()}"
+        path = root / f"{name}_{owner_id()}"
         try:
             path.mkdir()
-            (path / "pids.max").write_text(str(limit))
+            cls._limit(path, limit)
         except OSError as e:
-            log.debug("no pids cgroup (%s); fork bombs are bounded by the timeout only", e)
+            log.debug("no %s cgroup (%s); %s", root.name, e, cls.WHAT)
             try:
                 path.rmdir()
             except OSError:
                 pass
             return None
         return cls(path)
+
+    @classmethod
+    def _limit(cls, path: Path, limit: int) -> None:
+        (path / cls.LIMIT_FILE).write_text(str(limit))
 
     def join_self(self) -> None:
         """Move the calling process in (meant for a child between fork and exec)."""
@@ -293,7 +302,7 @@ class PidsCgroup:
     def sweep_stale(cls, prefix: str = "mirl-") -> int:
         """Remove the groups (and kill the processes) whose owning process is gone; how many."""
         try:
-            entries = [p for p in PIDS_ROOT.iterdir() if p.name.startswith(prefix) and "_" in p.name]
+            entries = [p for p in cls.ROOT.iterdir() if p.name.startswith(prefix) and "_" in p.name]
         except OSError:
             return 0
         stale = [p for p in entries if owner_gone(p.name.rsplit("_", 1)[1])]
@@ -326,3 +335,17 @@ class PidsCgroup:
                     log.warning("could not remove cgroup %s", self.path)
                     return
                 time.sleep(0.01)
+
+
+class MemoryCgroup(PidsCgroup):
+    """A cgroup-v1 `memory` group capping a session's memory (and swap, where the host accounts it):
+    a memory hog is killed by the kernel inside its group instead of pushing the host into swap."""
+
+    ROOT, LIMIT_FILE, WHAT = MEMORY_ROOT, "memory.limit_in_bytes", "memory hogs are not bounded"
+
+    @classmethod
+    def _limit(cls, path: Path, limit: int) -> None:
+        (path / "memory.limit_in_bytes").write_text(str(limit))
+        swap = path / "memory.memsw.limit_in_bytes"  # absent when the kernel does not account swap
+        if swap.exists():
+            swap.write_text(str(limit))

@@ -59,3 +59,35 @@ def test_without_a_mount_namespace_commands_run_in_the_temp_copy(sandbox, monkey
         assert r.output.splitlines()[0] == str(s.root / "app")
         assert "line one" in r.output
     assert "absolute paths" in caplog.text
+
+
+def test_sessions_starting_together_all_wait_for_the_one_unshare_check(monkeypatch):
+    """The check takes a while; threads asking meanwhile must get its answer, not a placeholder."""
+    import subprocess
+    import threading
+    import time
+
+    calls = []
+
+    def slow_unshare(args, **kwargs):
+        calls.append(args)
+        time.sleep(0.3)
+        return subprocess.CompletedProcess(args, 0, b"", b"")
+
+    monkeypatch.setattr(local_backend, "_unshare_ok", None)
+    monkeypatch.setattr(local_backend.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(local_backend.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(local_backend.subprocess, "run", slow_unshare)
+    start, answers = threading.Barrier(8), []
+
+    def ask():
+        start.wait()
+        answers.append(local_backend.unshare_works())
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == [True] * 8
+    assert len(calls) == 1
