@@ -120,7 +120,12 @@ def build(cls: type[T], values: dict[str, Any], prefix: str = "") -> T:
             f"known: {', '.join(sorted(known))}"
         )
     kwargs = {name: _coerce(prefix + name, value, hints[name]) for name, value in values.items()}
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ParamsError as e:  # a dataclass's own checks: say where in the params it sits
+        if prefix and not str(e).startswith(prefix):
+            raise ParamsError(f"{prefix.rstrip('.')}: {e}") from None
+        raise
 
 
 def load_params(cls: type[T], path: str | Path | None = None, overrides: dict[str, Any] | None = None,

@@ -65,6 +65,19 @@ class RoleConfig:
     extra: dict[str, Any] = field(default_factory=dict, metadata=_help(
         "further litellm keyword arguments for this role (e.g. reasoning_effort); part of the cache key"))
 
+    def __post_init__(self) -> None:
+        bad = []
+        if isinstance(self.max_tokens, int) and self.max_tokens < 1:
+            bad.append(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if isinstance(self.temperature, (int, float)) and self.temperature < 0:
+            bad.append(f"temperature must be 0 or more, got {self.temperature}")
+        if isinstance(self.top_p, (int, float)) and not 0 < self.top_p <= 1:
+            bad.append(f"top_p must be in (0, 1], got {self.top_p}")
+        if isinstance(self.timeout_s, (int, float)) and self.timeout_s <= 0:
+            bad.append(f"timeout_s must be above 0, got {self.timeout_s}")
+        if bad:
+            raise ParamsError("; ".join(bad))
+
 
 @dataclass
 class LLMConfig:

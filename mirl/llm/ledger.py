@@ -3,13 +3,18 @@
 Row fields: time, role, stage, model, n (samples), input_tokens, cached_input_tokens,
 output_tokens, latency_s, cache_hit, cost_usd, price (table | litellm | none | cache), tries, error.
 A cache hit is a row with cache_hit=true and zero tokens and cost: the ledger sums to what was
-actually spent. Rows are appended, flushed and fsynced under a lock, so threads and kills leave
-whole lines. The running spend (total and per stage) is kept in memory for the budget check;
-clients sharing a run directory in one process share one `Ledger` (see `open_ledger`).
+actually spent. Each row is one `write` of a whole line on an append-only descriptor, fsynced,
+under a thread lock and an exclusive `flock`, so threads, processes and kills leave whole lines; a
+torn last line (a kill on another filesystem) is cut off before the next append, so it cannot swallow
+the next row. The running spend (total and per stage) is kept in memory and brought up to date
+with the rows other processes appended before every budget check, so workers in several processes
+sharing one run directory each overspend a cap by at most the call they have in flight. Clients
+sharing a run directory in one process share one `Ledger` (see `open_ledger`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import threading
@@ -28,8 +33,8 @@ class Ledger:
         self._lock = threading.Lock()
         self.spent_usd = 0.0
         self.spent_by_stage: dict[str, float] = {}
-        for row in _read_rows(self.path):
-            self._count(row)
+        self._offset = 0  # bytes of the file already counted (whole lines only)
+        self._refresh()
 
     def _count(self, row: dict[str, Any]) -> None:
         cost = float(row.get("cost_usd") or 0.0)
@@ -37,24 +42,63 @@ class Ledger:
         stage = str(row.get("stage") or "")
         self.spent_by_stage[stage] = self.spent_by_stage.get(stage, 0.0) + cost
 
+    def _refresh(self) -> None:
+        """Count the whole lines appended since the last look (by this process or any other)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1
+        for raw in data[:end].splitlines():
+            try:
+                row = json.loads(raw)
+            except ValueError:
+                continue  # a torn line cut off by a repair elsewhere, or a corrupt one: not a call
+            if isinstance(row, dict):
+                self._count(row)
+        self._offset += end
+
     def record(self, **fields: Any) -> dict[str, Any]:
         row = {c: None for c in COLUMNS}
         row.update(time=time.time(), n=1, input_tokens=0, cached_input_tokens=0, output_tokens=0, latency_s=0.0,
                    cache_hit=False, cost_usd=0.0, tries=1)
         row.update(fields)
-        line = json.dumps(row, ensure_ascii=False, default=str) + "\n"
+        line = (json.dumps(row, ensure_ascii=False, default=str) + "\n").encode("utf-8")
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
-            self._count(row)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                _cut_torn_tail(fd)
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)  # releases the flock
+            self._refresh()
         return row
 
     def spent(self, stage: str | None = None) -> float:
         with self._lock:
+            self._refresh()
             return self.spent_usd if stage is None else self.spent_by_stage.get(stage, 0.0)
+
+
+def _cut_torn_tail(fd: int) -> None:
+    """Truncate a last line that lacks its newline (its writer was killed); the caller holds the flock."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    pos = size
+    while pos > 0:
+        start = max(0, pos - 65536)
+        i = os.pread(fd, pos - start, start).rfind(b"\n")
+        if i >= 0:
+            os.ftruncate(fd, start + i + 1)
+            return
+        pos = start
+    os.ftruncate(fd, 0)
 
 
 _OPEN: dict[Path, Ledger] = {}

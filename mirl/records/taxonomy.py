@@ -117,11 +117,33 @@ class TaxonomyStore:
         path = self.version_path(version)
         if not path.exists():
             raise FileNotFoundError(f"{path}: no taxonomy version {version}; versions: {self.versions()}")
-        return Taxonomy.from_dict(yaml.safe_load(path.read_text()) or {})
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ValueError(f"{path}: not valid YAML: {e}") from None
+        types = data.get("types") if isinstance(data, dict) else None
+        if not isinstance(types, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str)
+                                                  for t in types):
+            raise ValueError(f"{path}: a taxonomy version is a mapping whose 'types' is a list of types, "
+                             f"each a mapping with a 'name'")
+        try:
+            return Taxonomy.from_dict(data)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path}: {e}") from None
 
     def load_labels(self, version: int | None = None) -> list[Label]:
         version = self.latest() if version is None else version
-        rows, _ = read_jsonl(self.labels_path(version)) if version is not None else ([], None)
+        if version is None:
+            return []
+        path = self.labels_path(version)
+        rows, report = read_jsonl(path)
+        if report.bad_lines:
+            raise ValueError(f"{path}: line {report.bad_lines[0]} is not a JSON object")
+        for i, r in enumerate(rows, 1):
+            types = r.get("types", [])
+            if not isinstance(r.get("id"), str) or not isinstance(types, list) or not all(
+                    isinstance(t, str) for t in types):
+                raise ValueError(f"{path}: label {i} needs a string 'id' and a list of type names as 'types'")
         return [Label(**{k: r[k] for k in Label.__dataclass_fields__ if k in r}) for r in rows]
 
     def save(self, taxonomy: Taxonomy, labels: list[Label]) -> int:

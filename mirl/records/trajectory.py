@@ -86,12 +86,37 @@ class Trajectory:
 # --- loading and tables ---------------------------------------------------------------------------
 
 
+class RecordError(ValueError):
+    """A stored record that cannot be read; the message names the file, the record and the problem."""
+
+
+def _checked(r: dict[str, Any]) -> Trajectory:
+    schema = r.get("schema", SCHEMA_VERSION)
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema > SCHEMA_VERSION:
+        raise ValueError(f"schema {schema!r} is not one this mirl reads (schema {SCHEMA_VERSION} or older)")
+    if not isinstance(r.get("task"), str) or not isinstance(r.get("seed"), int):
+        raise ValueError("'task' must be a string and 'seed' an integer")
+    steps = r.get("steps", [])
+    if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+        raise ValueError("'steps' must be a list of step objects")
+    return Trajectory.from_dict(r)
+
+
 def load_trajectories(path) -> list[Trajectory]:
-    """Every complete trajectory in a JSONL file (a torn last line from a kill is skipped)."""
+    """Every complete trajectory in a JSONL file (a torn last line from a kill is skipped); a line
+    that is not JSON or a record that is not a trajectory is a `RecordError` naming file and record."""
     from mirl.jsonl import read_jsonl
 
-    records, _ = read_jsonl(path)
-    return [Trajectory.from_dict(r) for r in records]
+    records, report = read_jsonl(path)
+    if report.bad_lines:
+        raise RecordError(f"{path}: line {report.bad_lines[0]} is not a JSON object (a corrupt trajectory file)")
+    out = []
+    for i, r in enumerate(records, 1):
+        try:
+            out.append(_checked(r))
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            raise RecordError(f"{path}: record {i} is not a trajectory: {e}") from None
+    return out
 
 
 def _as_trajectories(data) -> list[Trajectory]:

@@ -46,8 +46,10 @@ def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def check_or_store(path: Path, fingerprint: dict[str, Any], *, run: str, stage: str, has_outputs: bool,
-                   params: dict[str, Any] | None = None) -> str:
-    """Store the fingerprint of a new run; refuse one whose stored fingerprint differs. Returns the digest."""
+                   params: dict[str, Any] | None = None, store: bool = True) -> str:
+    """Store the fingerprint of a new run; refuse one whose stored fingerprint differs. Returns the digest.
+
+    `store=False` only checks (a stage checks before it reads its inputs and stores once they read)."""
     flat = flatten(fingerprint)
     if path.exists() and has_outputs:
         stored = json.loads(path.read_text()).get("fingerprint", {})
@@ -56,7 +58,8 @@ def check_or_store(path: Path, fingerprint: dict[str, Any], *, run: str, stage: 
             raise ParamsMismatch(
                 f"run {run!r} stage {stage!r} was made with other params ({path}):\n  " + "\n  ".join(diff)
                 + "\nStart a new run with another name (--name NEW), or overwrite this stage's outputs (--force).")
-    atomic_write_json(path, {"stage": stage, "digest": digest(flat), "fingerprint": flat, "params": params or {}})
+    if store:
+        atomic_write_json(path, {"stage": stage, "digest": digest(flat), "fingerprint": flat, "params": params or {}})
     return digest(flat)
 
 

@@ -26,6 +26,8 @@ ledger summary of the stage's LLM calls.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import time
 from collections.abc import Iterable
@@ -164,8 +166,36 @@ def check_inputs(stage: Stage) -> dict[str, str | None]:
     return digests
 
 
+STAGE_LOCK = ".stage.lock"
+
+
+@contextlib.contextmanager
+def stage_lock(stage: Stage, wait_s: float = 60.0):
+    """One process at a time per stage directory. A killed `mirl batch` can leave its kernel running
+    for a moment (until it sees its parent gone); a restart waits for it rather than writing beside it."""
+    stage.run.root.mkdir(parents=True, exist_ok=True)
+    path = stage.run.root / f".{stage.dir_name or 'run'}{STAGE_LOCK}"
+    with open(path, "a+") as f:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise StageError(f"another process is running stage {stage.name!r} of {stage.run.root} "
+                                     f"(still there after {wait_s:.0f} s; stop it, or use another run name)") from None
+                time.sleep(0.2)
+        yield
+
+
 def run_stage(stage: Stage, force: bool = False, progress: bool = True) -> dict[str, Any]:
     """Run every unfinished item of `stage`, then finalize it; returns (and stores) its summary."""
+    with stage_lock(stage):
+        return _run_stage(stage, force, progress)
+
+
+def _run_stage(stage: Stage, force: bool, progress: bool) -> dict[str, Any]:
     t0 = time.time()
     run = stage.run
     if force:
@@ -176,17 +206,22 @@ def run_stage(stage: Stage, force: bool = False, progress: bool = True) -> dict[
     if inputs:
         fingerprint["inputs"] = inputs
     has_outputs = stage.records_path.exists() or run.summary(stage.dir_name).exists()
-    digest = check_or_store(run.params(stage.dir_name), fingerprint, run=run.name, stage=stage.name or "rollout",
-                            has_outputs=has_outputs, params=_params_dict(stage.params))
-    done = _read_for_resume(stage)
-    done_keys = {stage.key(r) for r in done}
+    where = dict(run=run.name, stage=stage.name or "rollout", has_outputs=has_outputs, params=_params_dict(stage.params))
+    # check, plan (which reads the inputs), then store: bad inputs leave every stored file as it was
+    check_or_store(run.params(stage.dir_name), fingerprint, store=False, **where)
     items = stage.plan()
     keys = [i.key for i in items]
     if len(set(keys)) != len(keys):
         raise StageError(f"stage {stage.name!r} planned the same item key twice")
+    digest = check_or_store(run.params(stage.dir_name), fingerprint, **where)
+    done = _read_for_resume(stage)
+    done_keys = {stage.key(r) for r in done}
     pending = [i for i in items if i.key not in done_keys]
     stopped, lost, new = _loop(stage, pending, progress)
-    records = stage.load_records()  # records to redo stay visible until the next run replays them
+    # records to redo stay visible until the next run replays them; in plan order, so derived outputs
+    # do not depend on the order items finished in (workers, kills and resumes change that order)
+    order = {k: i for i, k in enumerate(keys)}
+    records = sorted(stage.load_records(), key=lambda r: order.get(stage.key(r), len(order)))
     summary: dict[str, Any] = {
         "stage": stage.name, "run": run.name, "digest": digest, "planned": len(items),
         "skipped": len(items) - len(pending), "new": new, "lost": lost,

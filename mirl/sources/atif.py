@@ -24,6 +24,7 @@ counts, token ids and logprobs in `metrics`; our fields the format has no slot f
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict
 from typing import Any
 
@@ -177,7 +178,21 @@ def _ours(data: dict[str, Any], episode: dict[str, Any]) -> Trajectory:
     return traj
 
 
+def check_version(version: Any) -> None:
+    """ATIF v1.x is read (minor versions add optional fields); another major version is refused rather
+    than read by the wrong rules."""
+    if version is None:
+        return
+    m = re.fullmatch(r"ATIF-v(\d+)(?:\.(\d+))?", str(version).strip(), re.I)
+    if m is None:
+        raise TrajectoryFileError(f"schema_version {version!r} is not an ATIF version (ATIF-v<major>.<minor>)")
+    if int(m.group(1)) != 1:
+        raise TrajectoryFileError(f"schema_version {version!r}: this reader knows ATIF v1 (up to {SCHEMA}); "
+                                  f"a major version {m.group(1)} may change what its fields mean")
+
+
 def read(data: dict[str, Any], task: str = "") -> Trajectory:
+    check_version(data.get("schema_version"))
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list) or not all(isinstance(s, dict) for s in raw_steps):
         raise TrajectoryFileError("ATIF `steps` must be a list of objects")

@@ -111,6 +111,9 @@ def test_exit_status_names_map_to_our_exit_reasons(status, reason):
         ("wrong.jsonl", '{"hello": 1}\n', "expected a trajectory object"),
         ("other.traj.json", '{"foo": [1, 2]}', "not a trajectory"),
         ("numbers.json", "[1, 2, 3]", "not a trajectory"),
+        ("future.trajectory.json", '{"schema_version": "ATIF-v9.9", "steps": [{"step_id": 1, "source": "user"}]}',
+         "this reader knows ATIF v1"),
+        ("odd.trajectory.json", '{"schema_version": "ATIF-latest", "steps": []}', "is not an ATIF version"),
     ],
 )
 def test_malformed_files_name_the_file(tmp_path, name, content, message):
