@@ -152,16 +152,37 @@ class OfflineAnnotator:
         rule_types: dict[str, ErrorType] = {}
         labels = []
         for i, s in enumerate(steps):
-            mine = [names[clusters[i]]]
-            for d in rule_sources(s):
-                name = rule_type_name(d)
-                if name in names.values():
-                    name = f"{name} rule"
-                if name not in rule_types:
-                    rule_types[name] = ErrorType(name=name, definition=f"Flagged by the rule detector {d}.",
-                                                 provenance=f"rules: {d}")
-                if len(rule_types[name].examples) < 5:
-                    rule_types[name].examples.append(s.id)
-                mine.append(name)
+            mine = [names[clusters[i]]] + rule_labels(s, rule_types, taken=set(names.values()))
             labels.append(Label(id=s.id, types=mine))
         return types + list(rule_types.values()), labels
+
+
+class RuleAnnotator:
+    """Types and labels from the rule detectors alone (no embeddings, no clusters): one type per
+    detector that flagged steps, each step labelled with its detectors' types. Where the behavior
+    judge is the rule detector, these are exactly the misbehaviors training can reward."""
+
+    how = "rule labels only"
+
+    def annotate(self, steps: list[ErrorStep]) -> tuple[list[ErrorType], list[Label]]:
+        types: dict[str, ErrorType] = {}
+        labels = []
+        for s in steps:
+            labels.append(Label(id=s.id, types=rule_labels(s, types)))
+        return list(types.values()), labels
+
+
+def rule_labels(step: ErrorStep, types: dict[str, ErrorType], taken: set[str] = frozenset()) -> list[str]:
+    """The types of the rule detectors that flagged `step` (a detector's type is made on first sight,
+    with up to 5 examples, in `types`); a name already `taken` by another type gets " rule" added."""
+    names = []
+    for d in rule_sources(step):
+        name = rule_type_name(d)
+        if name in taken:
+            name = f"{name} rule"
+        if name not in types:
+            types[name] = ErrorType(name=name, definition=f"Flagged by the rule detector {d}.", provenance=f"rules: {d}")
+        if len(types[name].examples) < 5:
+            types[name].examples.append(step.id)
+        names.append(name)
+    return names

@@ -13,9 +13,9 @@ from typing import Literal
 class TaxonomyParams:
     """Flat on purpose: these are the literals of notebook 02's parameters cell."""
 
-    annotator: Literal["offline", "llm"] = field(default="offline", metadata={
-        "help": "offline: embedding clusters + rule labels (no LLM); llm: the models.annotator LLM proposes, "
-                "refines and labels"})
+    annotator: Literal["offline", "rules", "llm"] = field(default="offline", metadata={
+        "help": "offline: embedding clusters + rule labels (no LLM); rules: the rule labels alone; llm: the "
+                "models.annotator LLM proposes, refines and labels"})
     error_steps: str = field(default="", metadata={
         "help": "an error_steps.jsonl made elsewhere (e.g. from your own agent logs); empty: this run's profiling"})
     batch_size: int = field(default=40, metadata={"help": "error steps per propose/refine batch"})

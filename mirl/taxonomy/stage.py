@@ -55,6 +55,8 @@ class TaxonomyStage(Stage):
         self._client = None
         self._lock = threading.Lock()
         self.how = ""
+        if params.taxonomy.edits:  # a bad edit list fails before anything of the run is read or written
+            read_edits(params.taxonomy.edits)
 
     @property
     def reads(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -129,6 +131,11 @@ class TaxonomyStage(Stage):
             off = OfflineAnnotator(max_clusters=p.max_clusters, seed=p.seed)
             types, labels = off.annotate(self.steps())
             self.how = off.how
+        elif p.annotator == "rules":
+            from mirl.roles.annotator_offline import RuleAnnotator
+
+            types, labels = RuleAnnotator().annotate(self.steps())
+            self.how = RuleAnnotator.how
         else:
             types, self.how = self.propose_and_refine()
         data = {"how": self.how, "types": [asdict(t) for t in types],
@@ -220,9 +227,12 @@ class TaxonomyStage(Stage):
         if p.edits:
             edits = read_edits(p.edits)
             base = self.store.load(version)
-            edited, edited_labels = curation.apply_edits(
-                base, self.store.load_labels(version), edits,
-                relabel=self.relabel if p.annotator == "llm" else None)
+            try:
+                edited, edited_labels = curation.apply_edits(
+                    base, self.store.load_labels(version), edits,
+                    relabel=self.relabel if p.annotator == "llm" else None)
+            except curation.EditError as e:
+                raise ValueError(f"{p.edits}: {e}") from None
             edited.parent, edited.note = version, f"edits from {p.edits}"
             stats.apply_threshold(edited, stats.type_stats(edited, edited_labels, steps), p.threshold)
             version = self._save_if_new(edited, edited_labels)
@@ -264,6 +274,9 @@ def read_edits(path: str | Path) -> list[dict[str, Any]]:
         raise ValueError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(data, list) or not all(isinstance(e, dict) and "op" in e for e in data):
         raise ValueError(f"{path}: an edit list is a YAML list of mappings with an `op` key")
+    unknown = [f"edit {i} has op {e['op']!r}" for i, e in enumerate(data) if e["op"] not in curation.OPS]
+    if unknown:
+        raise ValueError(f"{path}: {'; '.join(unknown)}; known ops: {', '.join(curation.OPS)}")
     return data
 
 
