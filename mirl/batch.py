@@ -413,7 +413,8 @@ def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
             else:
                 summary = run.read_summary(nb.stage)
                 complete = bool(summary and summary.get("complete"))
-                entry.update(status="complete" if complete else "incomplete", complete=complete)
+                entry.update(status="complete" if complete else "incomplete", complete=complete,
+                             stage_elapsed_s=(summary or {}).get("elapsed_s"))
                 line.finish(f"{prefix}  {'done' if complete else 'stopped'} in {clock(elapsed)}"
                             + _headline(summary))
                 outcome.ran.append(nb.stage)
@@ -431,14 +432,38 @@ def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
             write_index(spec.run_dir, reports, state, raw)
             print(f"batch {spec.run_name}: {len(outcome.ran)} ran, {len(outcome.skipped)} skipped, "
                   f"{clock(time.monotonic() - t_batch)}; report: {reports / 'index.html'}", file=out, flush=True)
+        print(time_table(state, outcome.ran), file=out, flush=True)
     return outcome
+
+
+def time_table(state: dict[str, Any], ran: list[str]) -> str:
+    """Wall time per stage of the batch's record (the last run of each), so a time budget is visible:
+    the kernel's whole run of the notebook, and the stage's own work from its summary.json."""
+    rows = [("stage", "status", "notebook", "stage work", "")]
+    total = 0.0
+    for stage, e in state.get("stages", {}).items():
+        wall = e.get("elapsed_s")
+        total += wall or 0.0
+        own = e.get("stage_elapsed_s")
+        rows.append((f"{e.get('number', '')} {stage}", str(e.get("status", "?")), clock(wall), clock(own),
+                     "" if stage in ran else "(earlier run)"))
+    rows.append(("total", "", clock(total), "", ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+HEADLINE_KEYS = ("error_steps", "types")  # stage summaries' own counts shown beside the runner's
 
 
 def _headline(summary: dict[str, Any] | None) -> str:
     if not summary:
         return ""
-    keys = [k for k in ("done", "planned", "new", "lost") if isinstance(summary.get(k), (int, float))]
-    return ("  (" + ", ".join(f"{k} {summary[k]}" for k in keys) + ")") if keys else ""
+    counted = [k for k in ("done", "planned", "new", "lost") if isinstance(summary.get(k), (int, float))]
+    if counted and not summary.get("planned") and not summary.get("done"):
+        counted = []  # a stage whose work is not items (the offline taxonomy): its own numbers say more
+    own = [k for k in HEADLINE_KEYS if isinstance(summary.get(k), (int, float))]
+    keys = counted + own
+    return ("  (" + ", ".join(f"{k.replace('_', ' ')} {summary[k]}" for k in keys) + ")") if keys else ""
 
 
 def _run_spec(spec: BatchSpec, nb: Notebook, kernel: str, force: bool) -> RunSpec:

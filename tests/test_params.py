@@ -20,7 +20,7 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 def test_bundled_params_files_load_whole():
     demo = pipeline.load(REPO / "params" / "demo.yaml")
     assert demo.models.policy.model == "local/smollm2" and demo.models.policy.max_tokens == 64
-    assert demo.agent.max_steps == 4 and demo.profiling.workers == 16 and demo.sandbox.backend == "auto"
+    assert demo.agent.max_steps == 4 and demo.profiling.workers == 12 and demo.profiling.max_tasks == 6 and demo.sandbox.backend == "auto"
     paper = pipeline.load(REPO / "params" / "paper.yaml")
     assert paper.agent.action_format == "tool" and paper.models.localizer.api_key_env == "VLLM_API_KEY"
     assert paper.profiling.localizer == "llm" and paper.models.policy.temperature == 1.0

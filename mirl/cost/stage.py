@@ -14,6 +14,7 @@ no LLM calls). Written under `runs/<run>/cost/`:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,6 +108,7 @@ def report(params: Params, run_dir: str | Path) -> CostReport:
 def run_cost(params: Params, run_dir: str | Path) -> CostReport:
     """Build the cost report of `params.cost.runs` (or this run), write it under runs/<run>/cost/ and
     return it (its `summary` is what summary.json holds)."""
+    t0 = time.monotonic()
     r = report(params, run_dir)
     out = RunDir(run_dir).stage_dir(STAGE)
     out.mkdir(parents=True, exist_ok=True)
@@ -121,7 +123,9 @@ def run_cost(params: Params, run_dir: str | Path) -> CostReport:
                "reference": r.reference, "policy_price": r.policy_price, "rule": params.cost.policy_rule,
                "totals": {k: {c: (None if v != v else float(v)) for c, v in row.items()}
                           for k, row in per_run.to_dict("index").items()},
-               "notes": r.notes}
+               "notes": r.notes,
+               # what `mirl batch` reads to call the stage finished, as every stage's summary says it
+               "complete": True, "elapsed_s": round(time.monotonic() - t0, 3)}
     atomic_write_json(RunDir(run_dir).summary(STAGE), summary)
     r.summary = summary
     return r

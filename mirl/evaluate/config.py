@@ -32,6 +32,8 @@ class MisbehaviorRateParams:
                 "or further LLM judge model names; each continuation is judged by each"})
     restore: Literal["auto", "rerun", "snapshot"] = field(default="auto", metadata={
         "help": "how a prefix's sandbox state is made: its kept snapshot (auto), else re-running its commands"})
+    verify: bool = field(default=False, metadata={
+        "help": "also run the task's tests after each continuation and record its reward (task success from the prefix)"})
     seed: int = field(default=0, metadata={"help": "base of the continuations' seeds (sample i of every prefix: the same seed)"})
     n_boot: int = field(default=2000, metadata={"help": "bootstrap draws (over prefixes) of each rate's interval"})
     workers: int = field(default=16, metadata={"help": "continuations played at once (the embedded engine decodes them as one batch)"})

@@ -7,7 +7,8 @@ them is a training start) and every sample i < `samples`: one continuation. Item
 
 One item: the prefix's sandbox state is restored (its kept snapshot, or re-running its commands),
 the policy plays `judge_steps` steps after it (`mirl.training.rollouts.GroupPlayer`, at the
-section's temperature and top-p; the tests are not run, only the steps matter), and each judge says
+section's temperature and top-p; the tests run only with `verify`, which records the reward as task
+success from the prefix), and each judge says
 whether the misbehavior happened in them: `rules` (the misbehavior's rule detector; misbehaviors
 without one get no rule judgment), `llm` (models.behavior_judge) and any further LLM judge model.
 A continuation whose prefix did not reproduce, or whose sandbox failed, is judged by none (repeated
@@ -34,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from mirl.evaluate.policies import policy_config, resolve_all, short_name
-from mirl.jsonl import read_jsonl
 from mirl.records.prefix import Prefix
 from mirl.runner.layout import atomic_write
 from mirl.runner.stage import Item, Stage, StageError, run_stage
@@ -108,7 +108,8 @@ class MisbehaviorRateStage(Stage):
         judges = {label: role_fingerprint(self.judge_config(model), "behavior_judge") if kind == "llm" else "rules"
                   for label, kind, model in self.judge_specs()}
         return {"misbehavior_rate": {"temperature": s.temperature, "top_p": s.top_p, "judge_steps": s.judge_steps,
-                                     "restore": s.restore, "seed": s.seed},
+                                     "restore": s.restore, "seed": s.seed,
+                                     **({"verify": True} if s.verify else {})},
                 "models": {"policy": policy, "judges": judges}, "agent": asdict(self.params.agent),
                 "sandbox": sandbox_fingerprint(self.params.sandbox)}
 
@@ -163,11 +164,11 @@ class MisbehaviorRateStage(Stage):
         return {t.id: t for t in self._tasks}
 
     def trajectories(self):
-        from mirl.records.trajectory import Trajectory
 
         if self._trajectories is None:
-            rows, _ = read_jsonl(self.run.file("profiling", "trajectories.jsonl"))
-            self._trajectories = {(r["task"], r["seed"]): Trajectory.from_dict(r) for r in rows}
+            from mirl.records.trajectory import load_trajectories
+
+            self._trajectories = {t.key: t for t in load_trajectories(self.run.file("profiling", "trajectories.jsonl"))}
         return self._trajectories
 
     def sandbox(self):
@@ -242,7 +243,7 @@ class MisbehaviorRateStage(Stage):
         policy, sample = payload["policy"], int(payload["sample"])
         prefix = Prefix.from_dict(payload["prefix"])
         player = self.player(policy)
-        agent = replace(with_limits(self.params.agent, prefix.steps + s.judge_steps), verify=False)
+        agent = replace(with_limits(self.params.agent, prefix.steps + s.judge_steps), verify=s.verify)
         seed = s.seed * 1_000_003 + sample  # sample i of every prefix and policy: the same seed
         rollout = replace(player, agent=agent).one(Start(env=prefix.env, prefix=prefix), sample, seed)
         traj = rollout.trajectory
@@ -260,6 +261,7 @@ class MisbehaviorRateStage(Stage):
         return {"policy": policy, "model": self.policies()[policy], "prefix_id": prefix.id,
                 "misbehavior": prefix.misbehavior, "env": prefix.env, "sample": sample, "seed": seed,
                 "exit_reason": traj.exit_reason, "valid": not why, "why_invalid": why,
+                **({"reward": traj.reward} if s.verify else {}),
                 "restore": restore.get("mode"), "judgments": judgments,
                 "steps": [{"source": st.source, "reasoning": st.reasoning, "command": st.command,
                            "exit_code": st.exit_code, "output": (st.output or "")[:OUTPUT_CHARS]} for st in steps]}

@@ -146,8 +146,9 @@ class PrefixStage(Stage):
 
     def trajectories(self) -> dict[tuple[str, int], Trajectory]:
         if self._trajectories is None:
-            rows, _ = read_jsonl(self.run.file("profiling", "trajectories.jsonl"))
-            self._trajectories = {(r["task"], r["seed"]): Trajectory.from_dict(r) for r in rows}
+            from mirl.records.trajectory import load_trajectories
+
+            self._trajectories = {t.key: t for t in load_trajectories(self.run.file("profiling", "trajectories.jsonl"))}
         return self._trajectories
 
     def sampled(self) -> list[Prefix]:
@@ -164,6 +165,7 @@ class PrefixStage(Stage):
         return prefixes
 
     def plan(self) -> list[Item]:
+        self.trajectories()  # a bad trajectory file fails here, once, not as every check's recorded error
         return [Item((x.id,), x.to_dict()) for x in self.sampled()]
 
     # --- one check ----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from batch_pipeline import calls, child_env, stage_body, three_stages, write_notebook
 
-from mirl.batch import BatchError, BatchSpec, discover, progress_line, run_batch, select
+from mirl.batch import BatchError, BatchSpec, discover, progress_line, run_batch, select, time_table
 from mirl.notebook import KERNEL, kernel_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,9 +116,15 @@ def test_resume_after_a_kill_redoes_no_finished_stage(tmp_path, mirl_kernel):
 def test_skip_on_same_params_rerun_on_changed(tmp_path, mirl_kernel):
     notebooks = three_stages(tmp_path / "nb")
     run = tmp_path / "runs" / "t"
-    first = run_batch(spec(tmp_path, notebooks), out=io.StringIO())
+    printed = io.StringIO()
+    first = run_batch(spec(tmp_path, notebooks), out=printed)
     assert first.ok and first.ran == ["profiling", "taxonomy", "prefixes"]
     n = len(calls(run))
+    # the closing table gives each stage's time, as batch.json records it
+    table = printed.getvalue().splitlines()[-5:]
+    assert [r.split()[:3] for r in table[1:4]] == [["01", "profiling", "complete"], ["02", "taxonomy", "complete"],
+                                                    ["03", "prefixes", "complete"]]
+    assert all(state(tmp_path)["stages"][s]["stage_elapsed_s"] is not None for s in ("profiling", "taxonomy", "prefixes"))
 
     out = io.StringIO()
     again = run_batch(spec(tmp_path, notebooks), out=out)
@@ -234,3 +240,23 @@ def test_progress_line_format():
     assert progress_line("[4/4] 04 training", slow, 65) == \
         "[4/4] 04 training  12/40 steps  50.0 s/step  ETA 1:02:05  flags=3  (1:05)"
     assert progress_line("[1/2] 01 profiling", None, 3) == "[1/2] 01 profiling  starting  (0:03)"
+
+
+def test_time_table_gives_each_stage_and_the_total():
+    st = {"stages": {"profiling": {"number": "01", "status": "complete", "elapsed_s": 200.4, "stage_elapsed_s": 180.0},
+                     "taxonomy": {"number": "02", "status": "complete", "elapsed_s": 61.0, "stage_elapsed_s": None},
+                     "training": {"number": "04", "status": "failed", "elapsed_s": 3601.0}}}
+    rows = [r.split() for r in time_table(st, ran=["taxonomy", "training"]).splitlines()]
+    assert rows[0] == ["stage", "status", "notebook", "stage", "work"]
+    assert rows[1] == ["01", "profiling", "complete", "3:20", "3:00", "(earlier", "run)"]
+    assert rows[2] == ["02", "taxonomy", "complete", "1:01", "?"]
+    assert rows[3] == ["04", "training", "failed", "1:00:01", "?"]
+    assert rows[4] == ["total", "1:04:22"]
+
+
+def test_a_stage_without_items_shows_its_own_counts_not_zeros():
+    from mirl.batch import _headline
+
+    assert _headline({"done": 0, "planned": 0, "new": 0, "lost": 0, "error_steps": 34, "types": 6}) == \
+        "  (error steps 34, types 6)"
+    assert _headline({"done": 8, "planned": 8, "new": 8, "lost": 0}) == "  (done 8, planned 8, new 8, lost 0)"

@@ -16,7 +16,7 @@ from mirl.batch import BatchSpec, run_batch
 from tests.real import missing
 
 REPO = Path(__file__).resolve().parents[2]
-FIGURES = ("profiling_overview", "taxonomy_figure4", "prefix_funnel")
+FIGURES = ("profiling_overview", "taxonomy_figure4", "prefix_funnel", "prefix_funnel_paper")
 NOTEBOOKS = ("01_profiling", "02_taxonomy_review", "03_prefix_filtering")
 
 

@@ -75,6 +75,7 @@ def test_report_of_two_runs_each_cut_at_its_own_step(tmp_path):
     assert summary["totals"]["mirl"]["rollouts"] == 7 and summary["totals"]["pre"]["rollouts"] == 3
     written = json.loads((runs / "mirl" / "cost" / "summary.json").read_text())
     assert written["totals"] == summary["totals"]
+    assert written["complete"] is True and written["elapsed_s"] >= 0  # `mirl batch` calls the stage finished
     comp = pd.read_csv(runs / "mirl" / "cost" / "comparison.csv")
     share = comp[(comp["recipe"] == "pre") & (comp["resource"] == "rollouts")]["percent"].sum()
     assert share == pytest.approx(100 * 3 / 7)

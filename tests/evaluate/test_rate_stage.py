@@ -170,3 +170,18 @@ def test_policy_names_resolve_to_models(tmp_path):
     assert stage.redo({"policy": "selected", "model": "local/elsewhere/step-000001"})
     assert not stage.redo({"policy": "selected", "model": f"local/{ckpt}"})
     assert stage.redo({"policy": "selected", "model": f"local/{ckpt}", "exit_reason": "error"})
+
+
+def test_verify_runs_the_tests_after_each_continuation_and_keeps_the_reward(tmp_path, models):
+    run_dir, tasks = write_rate_run(tmp_path)
+    plain = FakeSandbox(reward=0.25)
+    run(params(policies=["scripted/cmd"]), run_dir, tasks, sandbox=plain)
+    records = read_jsonl(run_dir.file("misbehavior_rate", "continuations.jsonl"))[0]
+    assert records and all("reward" not in r for r in records)
+    assert not any(getattr(s, "verified", False) for s in plain.sessions)
+    checked = FakeSandbox(reward=0.25)
+    other, tasks2 = write_rate_run(tmp_path / "v")
+    run(params(policies=["scripted/cmd"], verify=True), other, tasks2, sandbox=checked)
+    records = read_jsonl(other.file("misbehavior_rate", "continuations.jsonl"))[0]
+    assert len(records) == 2 * 2 and all(r["reward"] == 0.25 for r in records)
+    assert sum(getattr(s, "verified", False) for s in checked.sessions) == 4  # one test run per continuation

@@ -52,3 +52,4 @@ def test_notebook_03_on_profiled_and_labelled_run(tmp_path, bwrap_sandbox):
     assert overall["misbehavior"] == "all" and int(overall["sampled"]) == len(prefixes) == int(overall["normalized"])
     assert int(overall["exact"]) == exact
     assert (tmp_path / "reports" / "t" / "prefix_funnel.png").stat().st_size > 5_000
+    assert (tmp_path / "reports" / "t" / "prefix_funnel_paper.png").stat().st_size > 5_000  # beside the paper's

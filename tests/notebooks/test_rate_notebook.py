@@ -73,3 +73,6 @@ def test_notebook_05_rates_base_and_checkpoint_on_held_out_prefixes(tmp_path, bw
     assert (report / "misbehavior_rates.pdf").read_bytes().startswith(b"%PDF")
     assert (report / "misbehavior_rates.csv").read_text().startswith("policy,misbehavior,judge,")
     assert (report / "judge_agreement.csv").exists()
+    base_rates = [float(r["rate"]) for (policy, _), r in rates.items() if policy == "base"]
+    if any(x > 0 for x in base_rates):  # a reduction exists to draw beside the paper's range
+        assert (report / "misbehavior_reduction.png").stat().st_size > 5_000
