@@ -27,9 +27,11 @@ retries as any hosted model.
   (faster for a prompt seen once; its text may differ from the chunked one by float rounding);
 - a token-level generator too (`mirl.llm.generator`): `generate_tokens(prompt_ids, ...)` returns the
   sampled ids and each one's log-probability through the same batcher and prefix cache, and
-  `update_weights(...)` swaps the weights and empties the prefix cache. With the bf16 prefill on,
-  the logprobs are those of the bf16-prefilled sampler (a float32 teacher-forced pass differs by
-  about 1e-2); `EmbeddedLM(..., prefill_bf16=False)` samples from float32 throughout.
+  `update_weights(...)` swaps the weights and empties the prefix cache. The sampler runs in float32
+  throughout, so its logprobs are the learner's (a float32 teacher-forced pass) to float rounding.
+  `EmbeddedLM(..., prefill_bf16=True)` prefills prompts in a bfloat16 copy instead (1.8x faster prefill
+  on CPUs with bf16 matrix instructions); its logprobs then differ from float32 by about 1e-3 to 1e-2,
+  so it is for text generation only, never for a policy that is trained.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class EmbeddedLM:
 
     def __init__(self, source: str | Path, device: str | None = None, dtype: str | None = None,
                  prefix_cache: bool = True, prefix_cache_entries: int = 64, prefix_cache_bytes: int = 1 << 30,
-                 prefill_chunk: int = 128, prefill_bf16: bool | None = None):
+                 prefill_chunk: int = 128, prefill_bf16: bool = False):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         import inspect
@@ -126,12 +128,11 @@ class EmbeddedLM:
             model_kw["dtype" if (major, minor) >= (4, 56) else "torch_dtype"] = getattr(torch, dtype)
         self.model = AutoModelForCausalLM.from_pretrained(where, **model_kw)
         self.model.to(self.device).eval()
-        # prompts are prefilled by a bfloat16 copy where the CPU has bf16 matrix instructions:
-        # prefill is bound by arithmetic (1.8x faster in bf16 on 2 AVX512-BF16 cores) while batched
-        # decode is not (bf16 is no faster there, and rounds more differently between batch shapes)
-        if prefill_bf16 is None:
-            prefill_bf16 = (self.device == "cpu" and self.model.dtype == torch.float32
-                            and bool(getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)()))
+        # prefill_bf16: prompts prefilled by a bfloat16 copy, only where the CPU has bf16 matrix
+        # instructions (prefill is bound by arithmetic; batched decode is not, and bf16 rounds more
+        # differently between batch shapes)
+        prefill_bf16 = bool(prefill_bf16 and self.device == "cpu" and self.model.dtype == torch.float32
+                            and getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())
         self.prefill_model = self.model
         if prefill_bf16:
             import copy

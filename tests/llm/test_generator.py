@@ -23,7 +23,10 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lm(tiny):
-    return embedded.EmbeddedLM(tiny, device="cpu", prefill_chunk=8, prefill_bf16=False)
+    # the default engine, as training gets it: its logprobs must be the float32 learner's
+    lm = embedded.EmbeddedLM(tiny, device="cpu", prefill_chunk=8)
+    assert lm.prefill_model is lm.model, "the default prefills in another precision than it decodes"
+    return lm
 
 
 def prompt_ids(lm, messages=PROMPT) -> list[int]:
