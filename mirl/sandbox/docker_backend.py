@@ -64,16 +64,25 @@ PIDS_LIMIT = 1024  # a fork bomb hits this instead of the host's process table
 KILL_GRACE_S = 1.5  # time allowed for killing a timed-out command's processes
 STREAM_HEADER = struct.Struct(">BxxxL")
 
-# Kills every process whose environment holds the marker; repeated because a process may fork
-# while we look. Runs without the marker itself, so it never kills itself.
+# Kills every process whose environment holds the marker; runs without the marker itself, so it
+# never kills itself. Each round stops every marked process, pass after pass until no new one
+# appears (a stopped process cannot fork, nor react to its child's death: a shell whose child was
+# killed first would run its next command), then SIGKILLs them all; rounds repeat while any is found.
 _KILLER = r"""
 m="MIRL_CMD=$1"
-for pass in 1 2 3 4 5; do
-  found=
-  for d in /proc/[0-9]*; do
-    if tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qxF "$m"; then kill -9 "${d#/proc/}" 2>/dev/null; found=1; fi
+for round in 1 2 3 4 5; do
+  stopped=" "
+  for pass in 1 2 3 4 5 6 7 8; do
+    new=
+    for d in /proc/[0-9]*; do
+      p=${d#/proc/}
+      case "$stopped" in *" $p "*) continue ;; esac
+      if tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qxF "$m"; then kill -STOP "$p" 2>/dev/null; stopped="$stopped$p "; new=1; fi
+    done
+    [ -z "$new" ] && break
   done
-  [ -z "$found" ] && exit 0
+  [ "$stopped" = " " ] && exit 0
+  for p in $stopped; do kill -9 "$p" 2>/dev/null; done
 done
 exit 0
 """
