@@ -65,6 +65,14 @@ class CrashResult:
     differences: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
+    def kill(self, proc: subprocess.Popen, group: bool = True) -> None:
+        """SIGKILL `proc` (its process group when `group`) if it still runs, and count the kill."""
+        if proc.poll() is None:
+            (os.killpg if group else os.kill)(proc.pid, signal.SIGKILL)
+            self.kills += 1
+        else:
+            self.finished_early += 1
+
 
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
@@ -121,11 +129,7 @@ def crash_stage(stage: str, ref: Reference, work: Path, served: list, kills: int
         while proc.poll() is None and _lines(records) < target and time.monotonic() < deadline:
             time.sleep(0.005)
         time.sleep(extra)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            result.kills += 1
-        else:
-            result.finished_early += 1
+        result.kill(proc)
         proc.wait(30)
     final = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
     if final.returncode != 0:
@@ -250,11 +254,7 @@ def crash_training(ref: Reference, work: Path, served: list, kills: int, rng: ra
         while proc.poll() is None and len(saved()) < target and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(rng.uniform(0.0, 3.0))
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            result.kills += 1
-        else:
-            result.finished_early += 1
+        result.kill(proc)
         err = proc.communicate(timeout=60)[1]
         resumed = re.findall(r"resuming after step (\d+)", err)  # none when killed before it got there
         if resumed and int(resumed[0]) != have:
@@ -341,11 +341,7 @@ def crash_batch(root: Path, url: str, served: list, kills: int, rng: random.Rand
         proc = subprocess.Popen(cmd("crashed"), cwd=root, env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.1, 0.8) * left)
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            result.kills += 1
-        else:
-            result.finished_early += 1
+        result.kill(proc, group=False)  # the batch process alone, as `kill -9 PID` does
         proc.wait(30)
     final = subprocess.run(cmd("crashed"), cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s)
     if final.returncode != 0:
