@@ -73,6 +73,18 @@ class CrashResult:
         else:
             self.finished_early += 1
 
+    def bill(self, paid: list, served: list) -> None:
+        """Compare the paid ledger rows with the replies the server sent for this run."""
+        self.ledger_double = max(0, len(paid) - len(served))
+        self.ledger_unbilled = max(0, len(served) - len(paid))
+
+    def finish(self, final: subprocess.CompletedProcess, t0: float) -> CrashResult:
+        """Survived: the last restart completed, its outputs equal the reference's, no record or row went wrong."""
+        self.survived = final.returncode == 0 and not self.differences and not (
+            self.lost or self.duplicated or self.torn or self.ledger_double or self.ledger_torn)
+        self.seconds = round(time.monotonic() - t0, 1)
+        return self
+
 
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
@@ -135,10 +147,7 @@ def crash_stage(stage: str, ref: Reference, work: Path, served: list, kills: int
     if final.returncode != 0:
         result.differences.append(f"the last restart failed ({final.returncode}):\n{final.stderr[-3000:]}")
     compare(stage, ref.final, work, served[served_before:], result)
-    result.survived = final.returncode == 0 and not result.differences and not (
-        result.lost or result.duplicated or result.torn or result.ledger_double or result.ledger_torn)
-    result.seconds = round(time.monotonic() - t0, 1)
-    return result
+    return result.finish(final, t0)
 
 
 def _strip(value: Any) -> Any:
@@ -211,8 +220,7 @@ def compare(stage: str, ref_run: Path, run: Path, served: list, result: CrashRes
     rows, result.ledger_torn = _jsonl(run / "llm_calls.jsonl")
     before, _ = _jsonl(ref_run.parent / "before" / stage / "llm_calls.jsonl")
     paid = [r for r in rows[len(before):] if not r.get("cache_hit") and r.get("cost_usd")]
-    result.ledger_double = max(0, len(paid) - len(served))
-    result.ledger_unbilled = max(0, len(served) - len(paid))
+    result.bill(paid, served)
 
 
 def table(results: list[CrashResult]) -> str:
@@ -283,12 +291,8 @@ def crash_training(ref: Reference, work: Path, served: list, kills: int, rng: ra
     rows, result.ledger_torn = _jsonl(work / "llm_calls.jsonl")
     before, _ = _jsonl(ref.final / "llm_calls.jsonl")
     paid = [r for r in rows[len(before):] if not r.get("cache_hit") and r.get("cost_usd")]
-    result.ledger_double = max(0, len(paid) - len(served[served_before:]))
-    result.ledger_unbilled = max(0, len(served[served_before:]) - len(paid))
-    result.survived = final.returncode == 0 and not result.differences and not (
-        result.lost or result.duplicated or result.torn or result.ledger_double or result.ledger_torn)
-    result.seconds = round(time.monotonic() - t0, 1)
-    return result
+    result.bill(paid, served[served_before:])
+    return result.finish(final, t0)
 
 
 def batch_params(root: Path, url: str) -> Path:
@@ -362,9 +366,5 @@ def crash_batch(root: Path, url: str, served: list, kills: int, rng: random.Rand
             result.differences.append(f"{stage}/{name}: records differ from the straight batch's (first at {where})")
     rows, result.ledger_torn = _jsonl(got_run / "llm_calls.jsonl")
     paid = [r for r in rows if not r.get("cache_hit") and r.get("cost_usd")]
-    result.ledger_double = max(0, len(paid) - len(served[served_before:]))
-    result.ledger_unbilled = max(0, len(served[served_before:]) - len(paid))
-    result.survived = final.returncode == 0 and not result.differences and not (
-        result.lost or result.duplicated or result.torn or result.ledger_double or result.ledger_torn)
-    result.seconds = round(time.monotonic() - t0, 1)
-    return result
+    result.bill(paid, served[served_before:])
+    return result.finish(final, t0)
