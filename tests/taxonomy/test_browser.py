@@ -45,6 +45,27 @@ def write_notebook(path: Path, run: Path) -> None:
     path.write_text(json.dumps(nb))
 
 
+def run_first_cell(page, tries: int = 3, wait_s: float = 30.0):
+    """Run the notebook's first cell with Shift+Enter and return its widget. A key pressed while the
+    page is still settling can be lost: while the cell has not run (no `[*]` or `[N]` prompt), press again."""
+    widget = page.locator(".mirl-curation").first
+    prompt = page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first
+    for _ in range(tries):
+        page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first.click(timeout=90_000)
+        page.keyboard.press("Shift+Enter")
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and not widget.is_visible():
+            page.wait_for_timeout(250)
+        if widget.is_visible():
+            return widget
+        if "*" in prompt.inner_text():  # running or queued behind the kernel's start: wait for it
+            widget.wait_for(timeout=90_000)
+            return widget
+    output = page.locator(".jp-Notebook .jp-Cell .jp-OutputArea").first
+    raise AssertionError(f"the curation widget did not appear after {tries} runs of the cell: prompt "
+                         f"{prompt.inner_text()!r}, output {output.inner_text()[:1000] if output.count() else ''!r}")
+
+
 def lab_env(home: Path) -> dict[str, str]:
     """JupyterLab's own dirs under `home` (no user settings or workspaces leak in), this tree's mirl first."""
     env = dict(os.environ)
@@ -121,19 +142,16 @@ def test_merge_by_clicking_in_jupyterlab(tmp_path):
             try:
                 page = browser.new_page(viewport={"width": 1500, "height": 1300})
                 page.goto(f"{base}/lab/tree/curate.ipynb?token={token}")
-                page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first.click(timeout=90_000)
-                page.keyboard.press("Shift+Enter")
-                widget = page.locator(".mirl-curation")
-                widget.wait_for(timeout=90_000)
-                types = page.locator(".mirl-types select")
+                widget = run_first_cell(page)
+                types = widget.locator(".mirl-types select")
                 assert types.locator("option").count() == 4
                 types.locator("option", has_text=B).click()
                 types.locator("option", has_text=C).click(modifiers=["Control"])
-                page.locator(".mirl-new-name input").fill(MERGED)
-                page.locator("button.mirl-merge").click()
+                widget.locator(".mirl-new-name input").fill(MERGED)
+                widget.locator("button.mirl-merge").click()
                 types.locator("option", has_text=MERGED).wait_for(timeout=30_000)
-                page.locator("button.mirl-save").click()
-                page.locator(".mirl-status", has_text="saved version 2").wait_for(timeout=30_000)
+                widget.locator("button.mirl-save").click()
+                widget.locator(".mirl-status", has_text="saved version 2").wait_for(timeout=30_000)
                 page.screenshot(path=str(shot))
                 print(f"screenshot: {shot}")
             finally:
