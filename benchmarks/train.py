@@ -43,7 +43,7 @@ def batch(n: int, length: int, vocab: int, seed: int = 0):
 def learner_rows(args) -> list[dict]:
     import torch
 
-    from mirl.llm.embedded import get
+    from mirl.engines.registry import get
     from mirl.training.learner import Learner, LearnerConfig
 
     engine = get("smollm2")

@@ -334,6 +334,23 @@ def export_html(notebook: Path) -> Path | None:
     return html
 
 
+def check_batch(spec: BatchSpec, rates_from: str | Path | None = None) -> list[str]:
+    """What `mirl batch --check` prints: every stage notebook's parameters resolved (a bad one raises
+    `ParamsError` naming it), then the evaluation's design (`mirl.evaluate.design`). Runs nothing."""
+    from mirl import params as pipeline
+    from mirl.evaluate.design import plan_design
+
+    notebooks = discover(spec.notebooks_dir)
+    kernel = kernel_name(spec.kernel)
+    for nb in notebooks:
+        resolve_parameters(_run_spec(spec, nb, kernel, spec.force))
+    params = pipeline.load(spec.params_file, spec.overrides)
+    lines = [f"params: {len(notebooks)} stage notebook(s) valid ({', '.join(nb.label for nb in notebooks)})"]
+    if any(nb.stage == "misbehavior_rate" for nb in notebooks):
+        lines.append("evaluation design: " + plan_design(params, spec.run_dir, rates_from).line())
+    return lines
+
+
 def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
     """Run (or skip) each selected stage in order; stop at the first failure. Prints to `out`."""
     from mirl import params as pipeline

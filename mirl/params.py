@@ -8,6 +8,7 @@
     profiling:  stage 01's own settings                                 (`mirl.profiling.config.ProfilingParams`)
     taxonomy:   stage 02's own settings                                 (`mirl.taxonomy.config.TaxonomyParams`)
     prefixes:   stage 03's own settings                                 (`mirl.prefixes.config.PrefixParams`)
+    step_profiling: PivotRL's preprocessing before stage 04             (`mirl.training.config.StepProfilingParams`)
     training:   stage 04's own settings                                 (`mirl.training.config.TrainingParams`)
     misbehavior_rate: stage 05's own settings                           (`mirl.evaluate.config.MisbehaviorRateParams`)
     pass_at_k:  stage 06's own settings                                 (`mirl.evaluate.config.PassAtKParams`)
@@ -36,7 +37,7 @@ from mirl.prefixes.config import PrefixParams
 from mirl.profiling.config import ProfilingParams
 from mirl.sandbox.base import SandboxConfig
 from mirl.taxonomy.config import TaxonomyParams
-from mirl.training.config import TrainingParams
+from mirl.training.config import StepProfilingParams, TrainingParams
 
 SHARED = ("models", "sandbox", "agent")
 
@@ -51,6 +52,8 @@ class Params:
     profiling: ProfilingParams = field(default_factory=ProfilingParams, metadata={"help": "stage 01: error profiling"})
     taxonomy: TaxonomyParams = field(default_factory=TaxonomyParams, metadata={"help": "stage 02: error taxonomy"})
     prefixes: PrefixParams = field(default_factory=PrefixParams, metadata={"help": "stage 03: misbehavior prefixes"})
+    step_profiling: StepProfilingParams = field(default_factory=StepProfilingParams, metadata={
+        "help": "PivotRL's preprocessing: actions sampled at reference steps, pivots kept"})
     training: TrainingParams = field(default_factory=TrainingParams, metadata={"help": "stage 04: RL from misbehavior prefixes"})
     misbehavior_rate: MisbehaviorRateParams = field(default_factory=MisbehaviorRateParams, metadata={
         "help": "stage 05: misbehavior rates on held-out prefixes"})

@@ -88,8 +88,8 @@ def phase_eval(work: Path, with_recipes: bool = True) -> None:
     from dataclasses import replace
 
     from mirl import params
+    from mirl.engines import embedded, registry
     from mirl.evaluate.rate_stage import run_misbehavior_rate
-    from mirl.llm import embedded
 
     p = params.load(PARAMS / "base.yaml", overrides())
     policies = ["base"]
@@ -100,7 +100,7 @@ def phase_eval(work: Path, with_recipes: bool = True) -> None:
             continue
         # served under its own path: `local/<dir>` then decodes through the embedded engine's
         # batcher (concurrent continuations share each decode step), as the base policy does
-        embedded.serve(str(where), embedded.EmbeddedLM(where))
+        registry.serve(str(where), embedded.EmbeddedLM(where))
         policies.append(f"local/{where}")
     p = replace(p, misbehavior_rate=replace(p.misbehavior_rate, policies=policies))
     s = run_misbehavior_rate(p, run_dir(work))

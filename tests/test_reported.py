@@ -1,4 +1,7 @@
-"""The paper's reported numbers: read and checked from params/paper_reported.yaml, redrawn, a run beside them."""
+"""The paper's printed numbers: read and checked from params/paper_reported.yaml, redrawn, a run beside them.
+
+The drawing tests read the values back from the figures' artists (bar widths, line data), so a figure
+that drew other numbers than the file holds fails."""
 
 from __future__ import annotations
 
@@ -13,44 +16,41 @@ import yaml
 from mirl import reported
 from mirl.config import ParamsError
 
-
-def test_bundled_file_holds_the_papers_numbers_and_names_the_rest():
-    r = reported.read()
-    assert r["figure3c"] == {"sampled": 640.0, "kept": 219.0}
-    assert r["figure7"]["relative_reduction"] == {"low": 0.43, "high": 0.57}
-    assert r["figure9"]["recipes"]["MiRL"]["total"]["gpu_hours"] == 202.8
-    assert set(r["not_transcribed"]) | {"figure3c", "figure7", "figure9"} == set(reported.FIGURES)
+PAPER = reported.read()
 
 
-def test_funnel_figure_draws_the_papers_share_then_the_runs():
-    funnel = pd.DataFrame([{"misbehavior": "a", "sampled": 4, "exact": 1}, {"misbehavior": "b", "sampled": 6, "exact": 3},
-                           {"misbehavior": "all", "sampled": 10, "exact": 4}])
-    fig = reported.funnel_beside(funnel, reported.read())
-    ax = fig.axes[0]
-    widths = [round(p.get_width(), 4) for p in ax.patches]
-    assert widths == [round(219 / 640, 4), 0.25, 0.5, 0.4]
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["paper (all)", "run: a", "run: b", "run (all)"]
+def test_the_bundled_file_holds_every_figure_and_excuses_none():
+    assert set(reported.FIGURES) <= set(PAPER) and PAPER["not_transcribed"] == {}
+    assert PAPER["figure3c"] == {"sampled": 640.0, "kept": 219.0, "environments": 189.0}
+    t2 = PAPER["table2"]["rows"].set_index("type")
+    assert t2.loc["Kills processes without checking their identities", "envs"] == pytest.approx(0.14)
+    assert PAPER["table2"]["union"] == {"steps": pytest.approx(0.521), "envs": pytest.approx(0.754)}
+    f5 = PAPER["figure5"]["scores"].set_index(["recipe", "source", "benchmark"])
+    assert tuple(f5.loc[("MiRL", "ours", "TB-Lite")]) == (pytest.approx(0.518), pytest.approx(0.001))
+    assert tuple(f5.loc[("TMax-4B", "reported", "TB-Lite")]) == (pytest.approx(0.426), pytest.approx(0.015))
+    assert PAPER["figure6"]["dead_groups"] == {"TMax-189": pytest.approx(0.273), "+ env. selection": pytest.approx(0.429)}
+    assert PAPER["figure10"]["recipes"]["PivotRL"]["total"]["rollouts"] == 133100
+    assert PAPER["figure11"]["points"].query("benchmark == 'TB-2.1'")["environments"].tolist() == [47, 94, 189, 378]
+    assert PAPER["table4"]["prices"].set_index("model").loc["Qwen3.8-27B", "currency"] == "CNY"
 
 
-def test_reduction_figure_puts_each_misbehaviors_reduction_over_the_papers_band():
-    rates = pd.DataFrame([
-        {"policy": "base", "judge": "rules", "misbehavior": "m1", "rate": 0.5},
-        {"policy": "base", "judge": "rules", "misbehavior": "m2", "rate": 0.4},
-        {"policy": "base", "judge": "rules", "misbehavior": "m3", "rate": 0.0},  # no base rate: no reduction
-        {"policy": "mirl", "judge": "rules", "misbehavior": "m1", "rate": 0.25},
-        {"policy": "mirl", "judge": "rules", "misbehavior": "m2", "rate": 0.5},
-        {"policy": "mirl", "judge": "rules", "misbehavior": "m3", "rate": 0.1},
-    ])
-    red = reported.reductions(rates, "base", "mirl")
-    assert red.set_index("misbehavior")["reduction"].round(6).to_dict() == {"m1": 0.5, "m2": -0.25}
-    fig = reported.reduction_figure(red, reported.read())
-    ax = fig.axes[0]
-    band = [p for p in ax.patches if p.get_label().startswith("paper")]
-    assert len(band) == 1
-    y0, y1 = band[0].get_y(), band[0].get_y() + band[0].get_height()  # data units on y
-    assert (y0, y1) == (pytest.approx(0.43), pytest.approx(0.57))
-    bars = [round(p.get_height(), 6) for p in ax.patches if p not in band]
-    assert bars == [0.5, -0.25]
+def test_every_printed_number_carries_its_line():
+    numbers = reported.printed_numbers(yaml.safe_load(reported.find(reported.DEFAULT).read_text()))
+    assert len(numbers) > 150 and all(line > 0 for _, _, line in numbers)
+    keys = {k for k, _, _ in numbers}
+    assert "figure10.recipes.RaR+.total.api_usd" in keys and "figure7.rows[5].Qwen" in keys
+
+
+def test_the_papers_43_to_57_percent_is_the_reduction_of_the_mean_rate_per_judge():
+    """Recomputed from Figure 7's printed rates: 57% under Gemini and 43% under Qwen, the printed range;
+    per misbehavior the reductions run from -29% to +98% (so a band per misbehavior would be wrong)."""
+    means = reported.mean_reductions(PAPER)
+    assert (round(means["Gemini"], 2), round(means["Qwen"], 2)) == (0.57, 0.43)
+    band = PAPER["figure7"]["mean_reduction"]
+    assert (band["low"], band["high"]) == (round(means["Qwen"], 2), round(means["Gemini"], 2))
+    red = reported.reductions(PAPER["figure7"]["rates"], "Qwen3.5-4B", "MiRL")
+    per = red[red["misbehavior"] != reported.MEAN]["reduction"]
+    assert (round(per.min(), 2), round(per.max(), 2)) == (-0.29, 0.98)
 
 
 def _write(tmp_path, data) -> str:
@@ -59,95 +59,175 @@ def _write(tmp_path, data) -> str:
     return str(p)
 
 
-BASE = {"figure3c": {"sampled": 10, "kept": 3}, "figure7": {"relative_reduction": {"low": 0.1, "high": 0.2}},
-        "not_transcribed": {f: "no values" for f in reported.FIGURES if f not in ("figure3c", "figure7")}}
+def _bundled() -> dict:
+    return yaml.safe_load(reported.find(reported.DEFAULT).read_text())
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"figure13": 1}, "unknown key(s) figure13"),
-    ({"figure3c": {"sampled": 10, "kept": 11}}, "figure3c.kept (11) is more than"),
-    ({"figure3c": {"sampled": "many", "kept": 1}}, "figure3c.sampled must be a number"),
-    ({"figure7": {"relative_reduction": {"low": 0.5, "high": 0.2}}}, "figure7.relative_reduction.high = 0.2 is outside"),
-    ({"figure7": {"relative_reduction": {"low": 0.1}}}, "figure7.relative_reduction needs exactly high, low"),
-    ({"not_transcribed": {"figure4": ""}}, "not_transcribed maps figure names to the reason"),
-    ({"figure4": 1}, "figure4 both given and listed as not transcribed"),
+    (lambda d: d.update(figure13={"x": 1}), "unknown key(s) figure13"),
+    (lambda d: d["figure3c"].update(kept={"value": 700, "line": 363}), "figure3c.kept (700) is more than"),
+    (lambda d: d["figure5"]["rows"][0].update({"TB-Lite": [31.8]}), "figure5.rows[0].TB-Lite must be [mean, standard error]"),
+    (lambda d: d["figure5"]["rows"][0].update(line=None), "figure5.rows[0].TB-Lite = [31.8, 3.8] has no line"),
+    (lambda d: d["figure9"]["recipes"]["MiRL"].pop("lines"), "figure9.recipes.MiRL.total.rollouts = 26200 has no line"),
+    (lambda d: d["figure7"]["rows"][0].update(Gemini=225), "figure7.rows[0].Gemini = 225 is outside [0, 100]"),
+    (lambda d: d.pop("figure11"), "say for figure11 either its values or why not"),
+    (lambda d: d.update(not_transcribed={"figure12": "later"}), "figure12 both given and listed as not transcribed"),
+    (lambda d: d["figure10"]["recipes"]["MiRL"]["total"].update(rollouts=1), "reports other totals than an earlier figure"),
 ])
 def test_bad_files_get_an_error_naming_the_file_and_the_key(tmp_path, change, message):
-    data = {**BASE, **change}
+    data = _bundled()
+    change(data)
     path = _write(tmp_path, data)
     with pytest.raises(ParamsError) as e:
         reported.read(path)
     assert path in str(e.value) and message in str(e.value)
 
 
-def test_a_figure_neither_given_nor_excused_is_an_error(tmp_path):
-    data = {**BASE, "not_transcribed": {k: v for k, v in BASE["not_transcribed"].items() if k != "figure12"}}
-    with pytest.raises(ParamsError, match="say for figure12 either its values or why not"):
-        reported.read(_write(tmp_path, data))
+def test_a_figure_left_out_with_a_reason_is_named_not_drawn(tmp_path):
+    data = _bundled()
+    del data["figure8"]
+    data["not_transcribed"] = {"figure8": "not yet read"}
+    r = reported.read(_write(tmp_path, data))
+    assert "figure8" not in r
+    assert reported.absent(r, "figure5", "figure8") == "figure8: not drawn from the paper: not yet read"
 
 
-def test_values_for_a_figure_the_kit_does_not_draw_are_refused_not_ignored(tmp_path):
-    data = {**BASE, "figure11": {"values": [0.1]},
-            "not_transcribed": {k: v for k, v in BASE["not_transcribed"].items() if k != "figure11"}}
-    with pytest.raises(ParamsError, match="values for figure11 are not drawn by the kit"):
-        reported.read(_write(tmp_path, data))
+# --- drawn beside a run, read back from the figures ---------------------------------------------------
 
 
-# Values a user transcribes for the figures the bundled file cannot hold: made up here, for the test only.
-GIVEN = {"figure4": {"shares": {"retry unchanged": 0.31, "no verification": 0.12}},
-         "table2": {"rows": [{"type": "retry unchanged", "share": 0.31, "definition": "same command again"}]},
-         "figure5": {"scores": {"TMax": {"mean": 0.40, "se": 0.02}, "MiRL": {"mean": 0.45, "se": 0.03}}},
-         "figure8a": {"pass_at_k": {"MiRL": {1: 0.45, 2: 0.55, 4: 0.62}}},
-         "figure12": {"se": {2: 0.03, 4: 0.02, 8: 0.014}}}
+def test_figure4_draws_both_panels_the_paper_prints_then_the_runs():
+    run = pd.DataFrame([{"type": "retry unchanged", "share": 0.31, "env_share": 0.6}])
+    steps, envs = reported.shares_beside(run, PAPER).axes[:2]
+    assert reported.bars_of(steps) == [(f"paper: {t}", s) for t, s in zip(
+        PAPER["figure4"]["rows"]["type"], [0.154, 0.115, 0.112, 0.051, 0.047, 0.025, 0.017, 0.014])] + [
+        ("run: retry unchanged", 0.31)]
+    assert [w for _, w in reported.bars_of(envs)] == [0.467, 0.422, 0.365, 0.194, 0.6]  # the paper prints the top four
 
 
-def given(tmp_path) -> dict:
-    data = {**BASE, **GIVEN, "not_transcribed": {"figure9": "x", "figure11": "y"}}
-    return reported.read(_write(tmp_path, data))
+def test_table2_puts_the_papers_env_shares_and_union_beside_the_runs():
+    run = pd.DataFrame([{"type": "a", "share": 0.5, "env_share": 0.25, "definition": "d"}])
+    t = reported.table2_beside(run, PAPER)
+    assert t.iloc[8][["type", "share", "env_share"]].tolist() == ["union of kept types", 0.521, 0.754]
+    assert t.iloc[-1][["source", "type", "share", "env_share"]].tolist() == ["run", "a", 0.5, 0.25]
 
 
-def test_given_values_are_read_checked_and_listed_as_present(tmp_path):
-    r = given(tmp_path)
-    assert r["figure8a"]["pass_at_k"]["MiRL"] == {1: 0.45, 2: 0.55, 4: 0.62}
-    assert r["figure12"]["se"] == {2: 0.03, 4: 0.02, 8: 0.014}
-    assert reported.absent(r, "figure4", "figure11") == "figure11: not drawn from the paper: y"
+@pytest.mark.parametrize("figure", ["figure5", "figure6"])
+def test_scores_draw_both_benchmarks_of_the_paper_and_the_run(figure):
+    run = pd.DataFrame([{"policy": "base", "run_mean": 0.1, "run_se": 0.05}])
+    lite, tb21, mine = reported.scores_beside(run, PAPER, {"base": "SmolLM2"}, figure=figure).axes
+    scores = PAPER[figure]["scores"]
+    assert [w for _, w in reported.bars_of(tb21)] == [pytest.approx(v) for v in scores[scores["benchmark"] == "TB-2.1"]["mean"]]
+    assert reported.bars_of(lite)[-1] == ("MiRL" if figure == "figure5" else "+ r_e (MiRL)", pytest.approx(0.518))
+    assert reported.bars_of(mine) == [("run: SmolLM2", 0.1)]
 
 
-def test_figure4_and_5_draw_the_given_values_then_the_runs(tmp_path):
-    r = given(tmp_path)
-    types = pd.DataFrame([{"type": "no runnable command", "share": 0.76}])
-    ax = reported.shares_beside(types, r).axes[0]
-    assert [round(b.get_width(), 4) for b in ax.patches] == [0.31, 0.12, 0.76]
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["paper: retry unchanged", "paper: no verification",
-                                                           "run: no runnable command"]
-    scores = pd.DataFrame([{"policy": "base", "run_mean": 0.1, "run_se": 0.05}])
-    ax = reported.scores_beside(scores, r, {"base": "SmolLM2"}).axes[0]
-    assert [round(b.get_width(), 4) for b in ax.patches] == [0.40, 0.45, 0.1]
-    assert ax.get_yticklabels()[-1].get_text() == "run: SmolLM2"
-    t2 = reported.table2_beside(pd.DataFrame([{"type": "a", "share": 0.5, "definition": "d", "env_share": 1.0}]), r)
-    assert t2[["source", "type", "share"]].values.tolist() == [["paper", "retry unchanged", 0.31], ["run", "a", 0.5]]
+def test_figure7_rates_per_judge_and_the_band_on_the_mean_rate_only():
+    rates = pd.DataFrame([
+        {"policy": "base", "judge": "rules", "misbehavior": "m1", "rate": 0.5},
+        {"policy": "base", "judge": "rules", "misbehavior": "m2", "rate": 0.3},
+        {"policy": "base", "judge": "rules", "misbehavior": "m3", "rate": 0.0},   # no base rate: no reduction of its own
+        {"policy": "base", "judge": "rules", "misbehavior": "all", "rate": 0.27},  # the pooled row is not a misbehavior
+        {"policy": "mirl", "judge": "rules", "misbehavior": "m1", "rate": 0.25},
+        {"policy": "mirl", "judge": "rules", "misbehavior": "m2", "rate": 0.45},
+        {"policy": "mirl", "judge": "rules", "misbehavior": "m3", "rate": 0.2},
+    ])
+    red = reported.reductions(rates, "base", "mirl")
+    got = red.set_index("misbehavior")["reduction"].round(6).to_dict()
+    assert got == {"m1": 0.5, "m2": -0.5, reported.MEAN: round(1 - (0.9 / 3) / (0.8 / 3), 6)}
+    fig = reported.reduction_figure(red, PAPER)
+    ax = fig.axes[0]
+    band = [c for c in ax.collections if c.get_label().startswith("paper")]
+    assert len(band) == 1
+    (x0, y0), (x1, y1) = band[0].get_paths()[0].get_extents().get_points()
+    assert (x0, x1) == (pytest.approx(0.43), pytest.approx(0.57)) and (y0, y1) == (pytest.approx(1.55), pytest.approx(2.45))
+    bars = sorted((round(p.get_y() + p.get_height() / 2, 3), round(p.get_width(), 6)) for p in ax.patches)
+    assert bars == [(0.0, 0.5), (1.0, -0.5), (2.0, got[reported.MEAN])]
+    assert [t.get_text() for t in ax.texts] == ["+50%", "-50%", f"{got[reported.MEAN]:+.0%}"]
+    assert_readable(fig)
+    panels = reported.rates_beside(rates, PAPER).axes
+    assert [a.get_title() for a in panels] == ["paper: Gemini", "paper: Qwen", "run: rules"]
+    gemini = dict(reported.bars_of(panels[0]))
+    assert gemini["Makes false claims about tests | MiRL"] == pytest.approx(0.081) and len(gemini) == 12
+    assert [w for _, w in reported.bars_of(panels[2])] == [0.5, 0.3, 0.25, 0.45, 0.2]  # m3's 0 draws no bar
 
 
-def test_figure8a_and_12_draw_the_given_curves_beside_the_runs(tmp_path):
-    r = given(tmp_path)
+def test_figure8_paper_end_points_and_run_curves():
     passk = pd.DataFrame([{"policy": "base", "k": k, "mean": m} for k, m in [(2, 0.2), (1, 0.1)]])
     lines = {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata()))
-             for ln in reported.passk_beside(passk, r).axes[0].get_lines()}
-    assert lines == {"paper: MiRL": ([1, 2, 4], [0.45, 0.55, 0.62]), "run: base": ([1, 2], [0.1, 0.2])}
+             for ln in reported.passk_beside(passk, PAPER).axes[0].get_lines()}
+    assert lines == {"paper: MiRL": ([16], [0.393]), "paper: Qwen3.5-4B": ([16], [0.348]),
+                     "paper: TMax-4B": ([16], [0.337]), "run: base": ([1, 2], [0.1, 0.2])}
+    per_task = pd.DataFrame([{"policy": "base", "task": t, "n": 3, "c": c} for t, c in [("a", 0), ("b", 2), ("c", 3)]])
+    solved = reported.solved_beside(per_task, PAPER).set_index("source")
+    assert solved.loc["paper", ["tasks", "solved_at_least_once", "never_solved"]].tolist() == [89, 42, 47]
+    assert solved.loc["run", ["tasks", "solved_at_least_once", "never_solved"]].tolist() == [3, 2, 1]
+
+
+def test_figure11_the_papers_points_lines_and_the_runs_trained_policy():
+    run = pd.DataFrame([{"policy": "mirl-3", "environments": 3, "mean": 0.4, "se": 0.1}])
+    base = pd.DataFrame([{"policy": "SmolLM2", "mean": 0.2}])
+    lite, tb21, mine = reported.environments_beside(run, PAPER, base).axes
+    data = reported.lines_of(tb21)
+    assert data["paper: MiRL"] == ([47, 94, 189, 378], [0.161, 0.191, 0.213, 0.221])
+    assert data["paper: TMax-4B"][1] == [0.206, 0.206] and data["paper: Qwen3.5-4B"][1] == [0.161, 0.161]
+    assert reported.lines_of(lite)["paper: MiRL"][1] == [0.42, 0.48, 0.518, 0.524]
+    assert {k: v[1] for k, v in reported.lines_of(mine).items()} == {"run: trained policies": [0.4], "run: SmolLM2": [0.2, 0.2]}
+
+
+def test_figure12_se_against_seeds_and_the_16_seed_scores():
     curves = pd.DataFrame([{"policy": "base", "k": k, "se": se} for k, se in [(2, 0.05), (4, 0.035)]])
-    lines = {ln.get_label(): list(ln.get_ydata()) for ln in reported.seed_se_beside(curves, r).axes[0].get_lines()}
-    assert lines == {"paper: SE": [0.03, 0.02, 0.014], "run: base": [0.05, 0.035]}
+    lines = {ln.get_label(): list(ln.get_ydata()) for ln in reported.seed_se_beside(curves, PAPER).axes[0].get_lines()}
+    assert lines["paper: mean SE"] == [0.014, 0.0116, 0.0087, 0.0062] and lines["run: base"] == [0.05, 0.035]
+    assert lines["paper: ~ 1/sqrt(k)"] == pytest.approx([0.014, 0.014 / 2 ** 0.5, 0.014 / 2, 0.014 / 8 ** 0.5])
+    scores = pd.DataFrame([{"policy": "base", "n_runs": 4, "run_mean": 0.3, "run_se": 0.02}])
+    t = reported.seed_scores_beside(scores, PAPER)
+    assert t[t["recipe"] == "MiRL"][["over", "mean"]].values.tolist() == [["runs_3", 0.213], ["seeds_16", 0.2114]]
+    assert t.iloc[-1].tolist() == ["run", "base", "runs_4", 0.3, 0.02]
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"figure5": {"scores": {"MiRL": {"mean": 45, "se": 1}}}}, "figure5.scores.MiRL.mean = 45 is outside [0, 1]"),
-    ({"figure8a": {"pass_at_k": {"MiRL": {0: 0.4}}}}, "figure8a.pass_at_k.MiRL is keyed by k = 1, 2, ...; got '0'"),
-    ({"table2": {"rows": [{"type": "a"}]}}, "table2.rows[0] needs type and share"),
-    ({"figure4": {"shares": {}}}, "figure4.shares must be a non-empty mapping"),
-])
-def test_bad_given_values_name_the_file_and_the_key(tmp_path, change, message):
-    data = {**BASE, **GIVEN, **change, "not_transcribed": {"figure9": "x", "figure11": "y"}}
-    path = _write(tmp_path, data)
-    with pytest.raises(ParamsError) as e:
-        reported.read(path)
-    assert path in str(e.value) and message in str(e.value)
+def test_funnel_and_prices_beside_the_run():
+    funnel = pd.DataFrame([{"misbehavior": "a", "sampled": 4, "exact": 1}, {"misbehavior": "all", "sampled": 4, "exact": 1}])
+    ax = reported.funnel_beside(funnel, PAPER).axes[0]
+    assert [round(p.get_width(), 4) for p in ax.patches] == [round(219 / 640, 4), 0.25, 0.25]
+    prices = reported.prices_beside({"local/x": {"input": 1.0, "output": 2.0}}, PAPER)
+    assert prices.iloc[-1][["source", "model", "cached_input"]].tolist() == ["run", "local/x", 1.0]
+    assert prices[prices["model"] == "Claude Opus 5"]["output"].item() == 25
+
+
+def assert_readable(fig) -> None:
+    """No two texts of the figure overlap (tick labels, axis labels, titles, values written on it), and
+    a legend takes less room than the data it explains."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    texts = list(fig.texts)
+    for ax in fig.axes:
+        texts += [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.get_xticklabels(), *ax.get_yticklabels(), *ax.texts]
+    boxes = [(t.get_text(), t.get_window_extent(r)) for t in texts if t.get_visible() and t.get_text().strip()]
+    for i, (a, ba) in enumerate(boxes):
+        for b, bb in boxes[i + 1:]:
+            assert not ba.overlaps(bb), f"{a!r} overlaps {b!r}"
+    area = sum(ax.get_window_extent(r).width * ax.get_window_extent(r).height for ax in fig.axes if ax.axison)
+    for legend in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]:
+        box = legend.get_window_extent(r)
+        assert box.width * box.height < 0.5 * area, "the legend is larger than the data"
+
+
+def test_an_empty_reduction_figure_says_what_is_missing():
+    fig = reported.reduction_figure(reported.reductions_against(pd.DataFrame(
+        [{"policy": "base", "judge": "rules", "misbehavior": "m", "rate": 0.4}]), "base"), PAPER)
+    assert any("no trained policy" in t.get_text() for t in fig.axes[0].texts)
+
+
+def test_every_policy_is_compared_with_the_base_and_dead_groups_sit_beside_the_papers():
+    rates = pd.DataFrame([{"policy": p, "judge": "rules", "misbehavior": "m", "rate": r}
+                          for p, r in [("base", 0.4), ("a", 0.2), ("b", 0.6)]])
+    red = reported.reductions_against(rates, "base", {"a": "MiRL"})
+    got = {(p, m): round(x, 6) for p, m, x in zip(red["policy"], red["misbehavior"], red["reduction"])}
+    assert got == {("MiRL", "m"): 0.5, ("MiRL", reported.MEAN): 0.5, ("b", "m"): -0.5, ("b", reported.MEAN): -0.5}
+    fig = reported.reduction_figure(red, PAPER)
+    assert [a.get_title() for a in fig.axes] == ["MiRL vs base, judge: rules", "b vs base, judge: rules"]
+    assert_readable(fig)
+    assert reported.reductions_against(rates[rates["policy"] == "base"], "base").empty
+    dead = reported.dead_groups_beside(0.31, "mirl", PAPER).set_index("recipe")["dead_share"]
+    assert dead.to_dict() == {"MiRL": 0.422, "TMax-189": 0.273, "PivotRL": 0.253, "RaR+": 0.0013,
+                              "+ env. selection": 0.429, "mirl": 0.31}

@@ -15,6 +15,8 @@ QWEN3 = dict(vocab_size=151936, max_position_embeddings=40960, rope_theta=100000
 SHAPES = {
     "qwen3-1.7b": ("qwen3", dict(QWEN3, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                                  num_attention_heads=16)),
+    "qwen3-0.6b": ("qwen3", dict(QWEN3, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                                 num_attention_heads=16)),
     "qwen3-4b": ("qwen3", dict(QWEN3, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
                                num_attention_heads=32)),
     "smollm2-135m": ("llama", dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
@@ -41,6 +43,31 @@ def build(name: str, device: str = "cuda", dtype=None, seed: int = 0):
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype or torch.float32)
     return model
+
+
+def word_tokenizer(vocab: int, directory: Path) -> None:
+    """A word-level tokenizer over the model's vocabulary; its last id is the end token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {f"t{i}": i for i in range(vocab - 2)}
+    words.update({"<unk>": vocab - 2, "<|im_end|>": vocab - 1})
+    tk = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", eos_token="<|im_end|>").save_pretrained(directory)
+
+
+def checkpoint(name: str, directory: Path, dtype=None, seed: int = 0) -> Path:
+    """A random model of this shape saved as a checkpoint (in `dtype`, bf16 by default) with a word
+    tokenizer, for an engine to load."""
+    import torch
+
+    model = build(name, "cuda", torch.float32, seed).to(dtype or torch.bfloat16)
+    model.save_pretrained(directory)
+    word_tokenizer(model.config.vocab_size, directory)
+    del model
+    torch.cuda.empty_cache()
+    return directory
 
 
 def dims(cfg) -> dict:
@@ -118,6 +145,12 @@ def write_out(name: str, data: dict) -> None:
     out = Path(os.environ.get("OUT", "."))
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(data, indent=1, default=str))
+
+
+def write_text(name: str, text: str) -> None:
+    out = Path(os.environ.get("OUT", "."))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.txt").write_text(text)
 
 
 def table(rows: list[dict], cols: list[str]) -> str:

@@ -22,6 +22,10 @@ class AgentConfig:
         default=None, metadata={"help": "wall-clock limit of the agent's turn; None: the task's agent timeout"})
     max_context_tokens: int = field(
         default=32768, metadata={"help": "end the episode when the next prompt would reach this many tokens"})
+    max_response_tokens: int = field(
+        default=0, metadata={"help": "end the episode when the tokens after its first prompt (the agent's replies and the "
+                                     "tool outputs, a response as open-instruct counts it) reach this before a turn; "
+                                     "0 = no cap (paper: 65,536; the per-turn cap is models.policy.max_tokens, 16,384)"})
     command_timeout_s: float = field(default=120.0, metadata={"help": "per-command timeout in the sandbox"})
     temperature: float | None = field(
         default=None, metadata={"help": "per-call temperature for a model used without the LLM client; in a params file leave it "

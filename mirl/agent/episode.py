@@ -176,6 +176,7 @@ def _agent_loop(task: Task, session: Session, model: Model, config: AgentConfig,
     deadline = time.monotonic() + timeout if timeout is not None else math.inf  # None: the task sets no limit
     kwargs = _model_kwargs(config, seed)
     chars_per_token = DEFAULT_CHARS_PER_TOKEN
+    first_prompt: float | None = None  # the context before the agent's first turn here: a response counts from it
     if tokens is not None:  # the chat template renders the first prompt only; the rest is appended
         tokens.start(traj, build_messages(task.instruction, [], config.action_format, config.system_prompt,
                                           config.instance_prompt))
@@ -190,9 +191,16 @@ def _agent_loop(task: Task, session: Session, model: Model, config: AgentConfig,
                                   config.system_prompt, config.instance_prompt)
         chars = message_chars(messages)
         context = len(tokens.ids) if tokens is not None else chars / chars_per_token
+        if first_prompt is None:  # in ids on the token path, in characters on the text path
+            first_prompt = len(tokens.ids) if tokens is not None else chars
+        response = len(tokens.ids) - first_prompt if tokens is not None else (chars - first_prompt) / chars_per_token
         if context >= config.max_context_tokens:
             traj.exit_reason = "token_limit"
             traj.meta["context_tokens_estimate"] = int(context)
+            return
+        if config.max_response_tokens and response >= config.max_response_tokens:
+            traj.exit_reason = "token_limit"
+            traj.meta["response_tokens_estimate"] = int(response)
             return
 
         t = time.perf_counter()

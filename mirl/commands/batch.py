@@ -1,4 +1,5 @@
-"""`mirl batch --params FILE [--name RUN] [--from STAGE] [--to STAGE] [--force]`: the whole pipeline, resumable."""
+"""`mirl batch --params FILE [--name RUN] [--from STAGE] [--to STAGE] [--force] [--check]`: the whole pipeline,
+resumable; `--check` validates it and prints the evaluation's design instead."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kernel", default="", help="Jupyter kernel (default: `mirl`, registered by scripts/setup.sh, "
                                                 "else python3)")
     p.add_argument("--cell-timeout", type=int, default=3600, help="seconds a cell may run (default 3600)")
+    p.add_argument("--check", action="store_true", help="validate every stage's params and print the evaluation's "
+                                                        "design (the smallest reduction it detects); run nothing")
+    p.add_argument("--rates-from", metavar="RUN_DIR", help="with --check: the earlier run whose base-policy rates "
+                                                           "size the design (default: this run's, else a prior)")
     p.set_defaults(func=_batch)
 
 
@@ -36,6 +41,11 @@ def _batch(args) -> int:
                          overrides=parse_overrides(args.overrides), notebooks_dir=Path(args.notebooks),
                          kernel=args.kernel, cell_timeout_s=args.cell_timeout, force=args.force,
                          first=args.first, last=args.last)
+        if args.check:
+            from mirl.batch import check_batch
+
+            print("\n".join(check_batch(spec, args.rates_from)))
+            return 0
         outcome = run_batch(spec)
     except (ParamsError, BatchError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -30,7 +30,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mirl.detectors.registry import get_detectors, run_detectors
+    from mirl.detectors.catalog import get_detectors, run_detectors
     from mirl.sources import PATTERNS, TrajectoryFileError, find_sources, read_source
 
     try:

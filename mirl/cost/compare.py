@@ -9,7 +9,7 @@ paper's. Environments are not additive over phases; a phase counts the environme
 
 from __future__ import annotations
 
-from mirl.cost.paper import RESOURCES
+from mirl.reported import RESOURCES
 
 COLUMNS = ["recipe", "phase", "resource", "value", "source"]
 PHASE_ORDER = ("preprocessing", "rl", "evaluation", "other", "total")

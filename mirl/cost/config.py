@@ -50,5 +50,5 @@ class CostParams:
     hardware: dict[str, dict[str, str | int]] = field(default_factory=dict, metadata={
         "help": "devices a stage ran on when it recorded no device time: {stage: {kind: A100, count: 8}}; "
                 "its wall time x count is its device time"})
-    paper_reference: str = field(default="params/cost/paper_reported.yaml", metadata={
+    paper_reference: str = field(default="params/paper_reported.yaml", metadata={
         "help": "file of a paper's reported costs to redraw and overlay (recipes with totals); empty = none"})

@@ -1,10 +1,11 @@
-"""The cost numbers a paper reports, read from a params file (`params/cost/paper_reported.yaml`).
+"""The cost numbers a paper reports: the recipes of `params/paper_reported.yaml` (Figures 9 and 10), or a cost file.
 
     recipes:
       <name>:
         total:   {rollouts, input_tokens, output_tokens, environments, gpu_hours, api_usd, total_usd}
         phases:  {preprocessing: {...}, rl: {...}}      # optional, the same keys
         estimate: {steps, batch, group, dead_share}      # optional: rollouts = S*B*G/(1-d)
+        lines:   {resource: line}                        # optional: where the paper prints each number
 
 Bad input is an error naming the file and the key.
 """
@@ -15,25 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from mirl.config import ParamsError, read_yaml
+from mirl.reported import parse_estimate, parse_recipes
 
-RESOURCES = ("rollouts", "input_tokens", "output_tokens", "environments", "gpu_hours", "api_usd", "total_usd")
 LABELS = {"rollouts": "Rollouts", "input_tokens": "Input tokens", "output_tokens": "Output tokens",
           "environments": "Environments", "gpu_hours": "GPU hours", "api_usd": "API fee", "total_usd": "Total cost"}
-
-
-def _amounts(path: Path, where: str, values: Any) -> dict[str, float]:
-    if not isinstance(values, dict):
-        raise ParamsError(f"{path}: {where} must be a mapping of {', '.join(RESOURCES)}, got {values!r}")
-    unknown = sorted(set(values) - set(RESOURCES))
-    if unknown:
-        raise ParamsError(f"{path}: {where}: unknown resource(s) {', '.join(unknown)}; known: {', '.join(RESOURCES)}")
-    out = {}
-    for k, v in values.items():
-        try:
-            out[k] = float(v)
-        except (TypeError, ValueError):
-            raise ParamsError(f"{path}: {where}.{k} must be a number, got {v!r}") from None
-    return out
 
 
 def find(path: str | Path) -> Path:
@@ -46,36 +32,53 @@ def find(path: str | Path) -> Path:
 
 
 def read_reported(path: str | Path) -> dict[str, Any]:
-    """{"recipes": {name: {"total": {...}, "phases": {...}, "estimate": {...}}}, plus the file's other keys}."""
+    """{"recipes": {name: {"total": {...}, "phases": {...}, "estimate": {...}}}, plus the file's other keys}.
+
+    Reads a cost file (`recipes:` at the top) or the paper's numbers file (`params/paper_reported.yaml`),
+    whose Figure 9 and Figure 10 recipes are merged (a recipe in both must report the same totals) and
+    whose Appendix C estimate belongs to Figure 9's reference recipe."""
     path = find(path)
     data = read_yaml(path, "file of reported costs") or {}
-    recipes = data.get("recipes") if isinstance(data, dict) else None
-    if not isinstance(recipes, dict) or not recipes:
+    if not isinstance(data, dict):
         raise ParamsError(f"{path}: needs `recipes:`, a mapping of recipe names to their reported costs")
+    if "recipes" not in data and ("figure9" in data or "figure10" in data):
+        return _from_paper_file(path, data)
     out = {k: v for k, v in data.items() if k != "recipes"}
-    out["recipes"] = {}
-    for name, r in recipes.items():
-        if not isinstance(r, dict) or "total" not in r:
-            raise ParamsError(f"{path}: recipes.{name} must be a mapping with `total:`")
-        unknown = sorted(set(r) - {"total", "phases", "estimate"})
-        if unknown:
-            raise ParamsError(f"{path}: recipes.{name}: unknown key(s) {', '.join(unknown)}; use total, phases, estimate")
-        entry = {"total": _amounts(path, f"recipes.{name}.total", r["total"])}
-        if "phases" in r:
-            if not isinstance(r["phases"], dict):
-                raise ParamsError(f"{path}: recipes.{name}.phases must map phase names to amounts")
-            entry["phases"] = {ph: _amounts(path, f"recipes.{name}.phases.{ph}", v) for ph, v in r["phases"].items()}
-        if "estimate" in r:
-            est = r["estimate"]
-            need = {"steps", "batch", "group", "dead_share"}
-            if not isinstance(est, dict) or set(est) != need:
-                raise ParamsError(f"{path}: recipes.{name}.estimate needs exactly {', '.join(sorted(need))}")
-            entry["estimate"] = {k: float(v) for k, v in est.items()}
-        out["recipes"][name] = entry
+    out["recipes"] = parse_recipes(path, "recipes", data.get("recipes"))
     ref = out.get("reference")
     if ref is not None and ref not in out["recipes"]:
         raise ParamsError(f"{path}: reference {ref!r} is none of the recipes ({', '.join(out['recipes'])})")
     return out
+
+
+def _from_paper_file(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    recipes: dict[str, dict[str, Any]] = {}
+    out: dict[str, Any] = {"source": str(data.get("source") or ""), "up_to": "best checkpoint", "gpu": "A100"}
+    for figure in ("figure9", "figure10"):
+        f = data.get(figure)
+        if not isinstance(f, dict):
+            continue
+        for name, entry in parse_recipes(path, f"{figure}.recipes", f.get("recipes")).items():
+            if name in recipes and recipes[name]["total"] != entry["total"]:
+                raise ParamsError(f"{path}: {figure}.recipes.{name} reports other totals than an earlier figure")
+            recipes.setdefault(name, entry)
+        if figure == "figure9":
+            out["reference"] = str(f.get("reference") or next(iter(recipes)))
+            if "estimate" in f:
+                recipes[out["reference"]]["estimate"] = parse_estimate(path, f"{figure}.estimate", f["estimate"])
+    if not recipes:
+        raise ParamsError(f"{path}: figure9/figure10 hold no recipes")
+    out["recipes"] = recipes
+    out["figures"] = {fig: list((data.get(fig) or {}).get("recipes") or {}) for fig in ("figure9", "figure10")}
+    return out
+
+
+def figure_frame(reported: dict[str, Any], figure: str):
+    """`reported_frame` of the recipes one figure shows (Figure 9: MiRL and TMax-4B; Figure 10: the four
+    recipes on 189 environments), for a file that says which (`figures`); else of every recipe."""
+    names = (reported.get("figures") or {}).get(figure)
+    frame = reported_frame(reported)
+    return frame[frame["recipe"].isin(names)] if names else frame
 
 
 def reported_frame(reported: dict[str, Any]):

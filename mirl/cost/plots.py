@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from mirl.cost.compare import PHASE_ORDER, recipe_totals
-from mirl.cost.paper import LABELS, RESOURCES
+from mirl.cost.paper import LABELS
+from mirl.reported import RESOURCES
 
 PHASE_COLORS = {"preprocessing": "#4C72B0", "rl": "#DD8452", "evaluation": "#55A868", "other": "#8172B3",
                 "total": "#937860"}
@@ -68,7 +69,9 @@ def side_by_side_figure(long, title: str = ""):
             bottom = [a + b for a, b in zip(bottom, heights)]
         for i, x in enumerate(recipes):
             v = totals.loc[x].get(r) if r in totals.columns else None
-            ax.text(i, bottom[i], "unpriced" if v is None or v != v else f"{v:,.3g}", ha="center", va="bottom",
+            reported = "source" in long.columns and set(long.loc[long["recipe"] == x, "source"]) == {"paper"}
+            missing = "not printed" if reported else "unpriced"  # a paper's recipe without the number, or a run without a price
+            ax.text(i, bottom[i], missing if v is None or v != v else f"{v:,.3g}", ha="center", va="bottom",
                     fontsize=7)
         ax.set_xticks(range(len(recipes)))
         ax.set_xticklabels(recipes, rotation=30, ha="right", fontsize=8)

@@ -5,12 +5,17 @@ filter and any total a sum:
 
     source    where the row comes from
       rollout   one episode: profiling/trajectories.jsonl, training/rollouts.jsonl (or, without it,
-                one row per step of training/metrics.jsonl)
+                one row per step of training/metrics.jsonl); one candidate step of PivotRL's step
+                profiling (step_profiling/candidates.jsonl), its sampled actions as one-step rollouts
       llm       LLM calls of one (stage, role, model, step) from the LLM ledger (llm_calls.jsonl)
       check     one prefix re-run of the prefix stage (sandbox time)
       wall      a stage's wall time (summary.json), per step for training (metrics.jsonl step_s)
-      device    device time (device_time.jsonl, `mirl.cost.devices`), or the wall time of a stage
+      device    device time (device_time.jsonl, `mirl.runner.devices`), or the wall time of a stage
                 times the devices `hardware` declares for it when the stage recorded none
+
+A run counts the preprocessing its training recipe uses (`charged_stages`, as the paper's cost table
+does): error profiling for MiRL and its ablations, step profiling for PivotRL, none for TMax-189 and
+RaR+ (whose rubric writing is preprocessing by role); a run without training counts every stage.
 
 Every row carries its stage, its phase (`phase_of`) and, for training, the step it belongs to, so
 "up to the chosen checkpoint" is `step <= N` on training rows (preprocessing rows have no step).
@@ -33,10 +38,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mirl.cost.devices import read_device_time
 from mirl.jsonl import iter_jsonl
 from mirl.llm.ledger import read_ledger
 from mirl.llm.pricing import cost_usd
+from mirl.runner.devices import read_device_time
+from mirl.runner.inputs import trajectories_path
 from mirl.runner.layout import SUMMARY, RunDir
 
 log = logging.getLogger(__name__)
@@ -48,14 +54,18 @@ COLUMNS = ["run", "stage", "phase", "step", "source", "role", "model", "price", 
 AMOUNTS = COLUMNS[COLUMNS.index("rollouts"):]
 PREPROCESSING, RL, EVALUATION = "preprocessing", "rl", "evaluation"
 STAGE_PHASES = {"profiling": PREPROCESSING, "taxonomy": PREPROCESSING, "prefixes": PREPROCESSING,
-                "training": RL, "misbehavior": EVALUATION, "misbehavior_rate": EVALUATION, "passk": EVALUATION,
+                "step_profiling": PREPROCESSING, "training": RL, "misbehavior": EVALUATION, "misbehavior_rate": EVALUATION, "passk": EVALUATION,
                 "evaluation": EVALUATION}
 PREPROCESSING_ROLES = ("rubric_writer",)  # rubrics are written once, before RL, though by the training stage
 TRAINING = "training"
 
 
+ERROR_PROFILING = ("profiling", "taxonomy", "prefixes")  # MiRL's preprocessing: what prefix and env starts need
+
+
 def phase_of(stage: str, role: str | None = None) -> str:
-    """preprocessing (profiling, taxonomy, prefix check, rubric writing), rl (training), evaluation, or other."""
+    """preprocessing (profiling, taxonomy, prefix check, step profiling, rubric writing), rl (training),
+    evaluation, or other."""
     if role in PREPROCESSING_ROLES:
         return PREPROCESSING
     return STAGE_PHASES.get(stage, "other")
@@ -83,7 +93,7 @@ def _sandbox_s(traj: Mapping[str, Any]) -> float:
 
 def profiling_rows(run: RunDir) -> list[dict[str, Any]]:
     rows = []
-    for traj in iter_jsonl(run.file("profiling", "trajectories.jsonl")):
+    for traj in iter_jsonl(trajectories_path(run)):
         rows.append(_row(run.name, "profiling", "rollout", env=traj.get("task"), start="env", rollouts=1,
                          sandbox_s=_sandbox_s(traj), **_usage(traj)))
     return rows
@@ -114,6 +124,30 @@ def training_rows(run: RunDir) -> list[dict[str, Any]]:
                          policy_input_tokens=int(m.get("policy_input_tokens", 0) or 0),
                          policy_output_tokens=int(m.get("policy_output_tokens", 0) or 0)))
     return rows
+
+
+def step_profiling_rows(run: RunDir) -> list[dict[str, Any]]:
+    """PivotRL's step profiling: one row per candidate step, its sampled actions as one-step rollouts (one
+    policy call each, the candidate's prompt as input)."""
+    rows = []
+    for r in iter_jsonl(run.file("step_profiling", "candidates.jsonl")):
+        out = [int(x) for x in r.get("completion_tokens") or []]
+        rows.append(_row(run.name, "step_profiling", "rollout", env=r.get("task"), start="pivot", rollouts=len(out),
+                         policy_calls=len(out), policy_input_tokens=len(out) * int(r.get("prompt_tokens", 0) or 0),
+                         policy_output_tokens=sum(out)))
+    return rows
+
+
+def charged_stages(run: RunDir) -> set[str] | None:
+    """The preprocessing stages a run's training recipe depends on, which its cost counts: error profiling
+    (profiling, taxonomy, prefixes) for prefix and env starts, step profiling for PivotRL, none for starts
+    at step 0 of drawn environments (TMax-189, RaR+; RaR+'s rubric writing is in its training stage).
+    None (every stage) for a run without a training stage."""
+    start = training_start(run)
+    if not start:
+        return None
+    extra = {"prefix": set(ERROR_PROFILING), "env": set(ERROR_PROFILING), "pivot": {"step_profiling"}}.get(start, set())
+    return {s for s, ph in STAGE_PHASES.items() if ph != PREPROCESSING} | extra
 
 
 def metrics(run: RunDir) -> list[dict[str, Any]]:
@@ -263,10 +297,16 @@ def resources(run_dir: str | Path, prices: Mapping[str, Any] | None = None, rate
     run = RunDir(run_dir)
     if not run.root.is_dir():
         raise FileNotFoundError(f"{run.root}: no such run directory")
-    rollouts = profiling_rows(run) + training_rows(run)
+    rollouts = profiling_rows(run) + step_profiling_rows(run) + training_rows(run)
     walls = wall_rows(run)
     rows = (rollouts + llm_rows(run, prices, rates, policy_stages={r["stage"] for r in rollouts})
             + prefix_rows(run) + walls + device_rows(run, walls, hardware))
+    charged = charged_stages(run)
+    if charged is not None:
+        left = sorted({r["stage"] for r in rows if r["phase"] == PREPROCESSING and r["stage"] not in charged})
+        if left:
+            log.info("%s: its %s recipe does not use %s: not counted", run.name, training_start(run), ", ".join(left))
+        rows = [r for r in rows if r["phase"] != PREPROCESSING or r["stage"] in charged]
     df = pd.DataFrame(rows, columns=COLUMNS)
     df["step"] = df["step"].astype("Int64")
     for c in AMOUNTS:

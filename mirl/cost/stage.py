@@ -2,7 +2,7 @@
 checkpoint, priced, compared with a reference (and with a paper's reported numbers).
 
 It only reads what the other stages wrote and rewrites its outputs each time (nothing to resume,
-no LLM calls). Written under `runs/<run>/cost/`:
+no LLM calls), on the common runner: the stage lock, a params fingerprint, the summary. Written under `runs/<run>/cost/`:
 
     resources.csv    every resource row of every run (`mirl.cost.resources`), `counted` = inside the cut
     totals.csv       per run and phase, up to the cut: rollouts, tokens, calls, environments, GPU hours,
@@ -14,12 +14,12 @@ no LLM calls). Written under `runs/<run>/cost/`:
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mirl.runner.layout import RunDir, atomic_write_json
+from mirl.runner.layout import RunDir
+from mirl.runner.stage import Item, Stage, StageError, run_stage
 
 if TYPE_CHECKING:
     from mirl.params import Params
@@ -41,6 +41,12 @@ class CostReport:
     policy_price: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+
+    def device_hours(self):
+        """Device hours inside the cut per run, stage and device (empty when none was recorded or declared)."""
+        counted = self.resources[self.resources["counted"] & (self.resources["source"] == "device")]
+        hours = counted.groupby(["run", "stage", "device"])["device_s"].sum() / 3600
+        return hours.rename("device_hours").reset_index()
 
 
 def price_table(params: Params) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
@@ -105,27 +111,57 @@ def report(params: Params, run_dir: str | Path) -> CostReport:
     return CostReport(all_rows, priced, stages, roles, comparison, cuts, reference, pprice, notes)
 
 
-def run_cost(params: Params, run_dir: str | Path) -> CostReport:
+class CostStage(Stage):
+    """The cost report on the common runner (lock, params fingerprint, summary): one item, the report,
+    built afresh on every run (`redo`), since it is a view of the runs as they are now."""
+
+    name = STAGE
+    records = "report.jsonl"
+    key_fields = ("report",)
+    derived = ("resources.csv", "totals.csv", "stages.csv", "roles.csv", "comparison.csv")
+
+    def __init__(self, params: Params, run_dir: str | Path):
+        super().__init__(params, run_dir)
+        self.result: CostReport | None = None
+
+    def fingerprint(self) -> dict[str, Any]:
+        m = self.params.models
+        return {"cost": asdict(self.params.cost), "prices": dict(m.prices or {}),
+                "currency_rates": dict(getattr(m, "currency_rates", None) or {}), "policy": m.policy.model}
+
+    def plan(self) -> list[Item]:
+        """The report is built here, where the runner reads a stage's inputs: a bad `cost.runs` or price
+        table raises before any stored file changes (unless --force, which clears them first)."""
+        self.result = report(self.params, self.run.root)
+        return [Item(("all",), None)]
+
+    def redo(self, record: dict[str, Any]) -> bool:
+        return True
+
+    def run_item(self, payload: Any) -> dict[str, Any]:
+        r = self.result
+        for name, frame in zip(self.derived, (r.resources, r.totals, r.stages, r.roles, r.comparison)):
+            frame.to_csv(self.out / name, index=False)
+        per_run = r.totals.groupby("run")[["rollouts", "policy_input_tokens", "policy_output_tokens", "api_usd",
+                                            "total_usd", "gpu_hours"]].sum(min_count=1)
+        r.summary = {"runs": list(r.cuts), "up_to_step": r.cuts, "reference": r.reference,
+                     "policy_price": r.policy_price, "rule": self.params.cost.policy_rule,
+                     "totals": {k: {c: (None if v != v else float(v)) for c, v in row.items()}
+                                for k, row in per_run.to_dict("index").items()},
+                     "notes": r.notes}
+        self.result = r
+        return {"report": "all", **r.summary}
+
+    def finalize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        return {k: v for r in records for k, v in r.items() if k != "report"}
+
+
+def run_cost(params: Params, run_dir: str | Path, force: bool = False) -> CostReport:
     """Build the cost report of `params.cost.runs` (or this run), write it under runs/<run>/cost/ and
     return it (its `summary` is what summary.json holds)."""
-    t0 = time.monotonic()
-    r = report(params, run_dir)
-    out = RunDir(run_dir).stage_dir(STAGE)
-    out.mkdir(parents=True, exist_ok=True)
-    r.resources.to_csv(out / "resources.csv", index=False)
-    r.totals.to_csv(out / "totals.csv", index=False)
-    r.stages.to_csv(out / "stages.csv", index=False)
-    r.roles.to_csv(out / "roles.csv", index=False)
-    r.comparison.to_csv(out / "comparison.csv", index=False)
-    per_run = r.totals.groupby("run")[["rollouts", "policy_input_tokens", "policy_output_tokens", "api_usd",
-                                        "total_usd", "gpu_hours"]].sum(min_count=1)
-    summary = {"stage": STAGE, "run": RunDir(run_dir).name, "runs": list(r.cuts), "up_to_step": r.cuts,
-               "reference": r.reference, "policy_price": r.policy_price, "rule": params.cost.policy_rule,
-               "totals": {k: {c: (None if v != v else float(v)) for c, v in row.items()}
-                          for k, row in per_run.to_dict("index").items()},
-               "notes": r.notes,
-               # what `mirl batch` reads to call the stage finished, as every stage's summary says it
-               "complete": True, "elapsed_s": round(time.monotonic() - t0, 3)}
-    atomic_write_json(RunDir(run_dir).summary(STAGE), summary)
-    r.summary = summary
-    return r
+    stage = CostStage(params, run_dir)
+    summary = run_stage(stage, force=force, progress=False)
+    if not summary["complete"]:
+        raise StageError(f"cost: the report could not be written ({summary.get('stopped') or 'see the log'})")
+    stage.result.summary = summary
+    return stage.result

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mirl.cost.devices import is_gpu
 from mirl.cost.policy import measured_policy_cost_usd, policy_cost_usd
 from mirl.cost.resources import AMOUNTS, TRAINING
 from mirl.llm.pricing import usd_price
+from mirl.runner.devices import is_gpu
 from mirl.runner.layout import RunDir
 
 TOTALS = ["rollouts", "policy_calls", "policy_input_tokens", "policy_cached_input_tokens", "policy_output_tokens",

@@ -1,4 +1,4 @@
-"""Detector records, the registry they live in, and running them over trajectories.
+"""Detector records and the registry they live in (`catalog` picks and runs them).
 
 A detector is a deterministic function over one trajectory that returns flags (step index,
 evidence). It carries a name and a definition written like a taxonomy entry (what the
@@ -7,7 +7,7 @@ misbehavior is and what it is not), so rule flags and LLM-found error types can 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from mirl.records.trajectory import Trajectory
@@ -61,28 +61,3 @@ def detector(name: str, definition: str) -> Callable[[Callable[[Trajectory], lis
         return det
 
     return wrap
-
-
-def get_detectors(names: Iterable[str] | None = None) -> list[Detector]:
-    """Detectors by name (all when `names` is None); unknown names raise ValueError listing the known ones."""
-    from mirl.detectors import rules  # noqa: F401  (registers the built-in rules)
-
-    if names is None:
-        return list(DETECTORS.values())
-    names = [n.strip() for n in names if n.strip()]
-    unknown = [n for n in names if n not in DETECTORS]
-    if unknown:
-        raise ValueError(f"unknown detector(s): {', '.join(unknown)}; known: {', '.join(DETECTORS)}")
-    return [DETECTORS[n] for n in names]
-
-
-def run_detectors(traj: Trajectory, detectors: Iterable[Detector] | None = None, *, file: str = "") -> list[Finding]:
-    """All findings of the given detectors on one trajectory, in step order."""
-    findings = []
-    for det in detectors if detectors is not None else get_detectors():
-        for flag in det(traj):
-            command = (traj.steps[flag.step].command or "") if 0 <= flag.step < len(traj.steps) else ""
-            findings.append(Finding(file=file or str(traj.meta.get("source_file", "")), task=traj.task, seed=traj.seed,
-                                    step=flag.step, command=command, detector=det.name, evidence=flag.evidence))
-    findings.sort(key=lambda f: (f.step, f.detector))
-    return findings

@@ -10,7 +10,7 @@ The judges, the sandbox and the agent's format are the shared sections.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass
@@ -30,6 +30,10 @@ class MisbehaviorRateParams:
     judges: list[str] = field(default_factory=lambda: ["llm"], metadata={
         "help": "rules (the misbehavior's rule detector, where it has one), llm (models.behavior_judge), "
                 "or further LLM judge model names; each continuation is judged by each"})
+    judge_models: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
+        "help": "settings of the further LLM judges, by the model name `judges` gives, over models.behavior_judge's "
+                "(api_base, api_key_env, extra, max_tokens, ...), e.g. {hosted_vllm/Qwen/Qwen3.8-27B: {api_base: "
+                "http://host:8001/v1, extra: {reasoning_effort: low}}}"})
     restore: Literal["auto", "rerun", "snapshot"] = field(default="auto", metadata={
         "help": "how a prefix's sandbox state is made: its kept snapshot (auto), else re-running its commands"})
     verify: bool = field(default=False, metadata={

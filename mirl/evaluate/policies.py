@@ -22,7 +22,7 @@ BASE, SELECTED = "base", "selected"
 
 def selected_checkpoint(run: RunDir) -> Path | None:
     """The training stage's selected checkpoint directory, or None when training selected none."""
-    from mirl.training.checkpoints import checkpoint_dir
+    from mirl.runner.inputs import checkpoint_dir
 
     path = run.file("training", "selection.json")
     if not path.exists():

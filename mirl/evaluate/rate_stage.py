@@ -36,6 +36,7 @@ import pandas as pd
 
 from mirl.evaluate.policies import policy_config, resolve_all, short_name
 from mirl.records.prefix import Prefix
+from mirl.runner.inputs import HELDOUT, TRAIN, load_prefixes, profiled_trajectories, task_pool, taxonomy_store
 from mirl.runner.layout import atomic_write
 from mirl.runner.stage import Item, Stage, StageError, run_stage
 
@@ -75,6 +76,9 @@ class MisbehaviorRateStage(Stage):
             problems.append("judges: name at least one (rules, llm or an LLM judge model)")
         if len(set(s.judges)) != len(s.judges):
             problems.append(f"judges: one is named twice: {s.judges}")
+        stray = sorted(set(s.judge_models) - set(s.judges))
+        if stray:
+            problems.append(f"judge_models: {', '.join(stray)} is not one of the judges {s.judges}")
         if problems:
             raise StageError("misbehavior_rate params: " + "; ".join(problems))
 
@@ -95,8 +99,19 @@ class MisbehaviorRateStage(Stage):
         return out
 
     def judge_config(self, model: str):
+        """The behavior-judge role of a judge: models.behavior_judge's settings with `model`, and for a
+        further judge its `judge_models` settings over them (a judge served elsewhere, thinking less)."""
+        from mirl.config import ParamsError, build
+        from mirl.llm.config import RoleConfig
+
         cfg = policy_config(self.params, self.params.models.policy.model)
-        cfg.behavior_judge.model = model
+        own = model == self.params.models.behavior_judge.model
+        over = {} if own else dict(self.params.misbehavior_rate.judge_models.get(model) or {})
+        try:
+            cfg.behavior_judge = build(RoleConfig, {**asdict(cfg.behavior_judge), **over, "model": model},
+                                       prefix=f"misbehavior_rate.judge_models.{model}.")
+        except ParamsError as e:
+            raise StageError(str(e)) from None
         return cfg
 
     def fingerprint(self) -> dict[str, Any]:
@@ -122,7 +137,6 @@ class MisbehaviorRateStage(Stage):
 
     def heldout(self) -> list[Prefix]:
         """The first `per_misbehavior` held-out prefixes of each misbehavior, checked against training's."""
-        from mirl.prefixes.stage import HELDOUT, TRAIN, load_prefixes
 
         held = load_prefixes(self.run.root, HELDOUT)
         train_path = self.run.file("prefixes", TRAIN)
@@ -146,10 +160,9 @@ class MisbehaviorRateStage(Stage):
         return out
 
     def misbehaviors(self):
-        from mirl.records.taxonomy import TaxonomyStore
 
         if self._misbehaviors is None:
-            store = TaxonomyStore(self.run.stage_dir("taxonomy"))
+            store = taxonomy_store(self.run)
             version = self.params.prefixes.taxonomy_version or store.latest()
             if version is None:
                 raise StageError(f"{store.versions_dir}: no taxonomy version (run the taxonomy stage first)")
@@ -158,17 +171,13 @@ class MisbehaviorRateStage(Stage):
 
     def tasks(self) -> dict[str, Any]:
         if self._tasks is None:
-            from mirl.profiling.stage import task_pool
-
             self._tasks = task_pool(self.run, self.params.profiling.tasks)
         return {t.id: t for t in self._tasks}
 
     def trajectories(self):
 
         if self._trajectories is None:
-            from mirl.records.trajectory import load_trajectories
-
-            self._trajectories = {t.key: t for t in load_trajectories(self.run.file("profiling", "trajectories.jsonl"))}
+            self._trajectories = profiled_trajectories(self.run)
         return self._trajectories
 
     def sandbox(self):

@@ -6,7 +6,6 @@ Every figure is saved twice, PNG for a look and PDF for a paper (`save`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -22,14 +21,35 @@ def load(run_dir: str | Path, stage: str, name: str) -> pd.DataFrame:
     return pd.read_csv(path, keep_default_na=True)
 
 
-def save(fig: Any, report_dir: str | Path, name: str) -> list[Path]:
-    """`<name>.png` and `<name>.pdf` under the report directory."""
-    out = []
-    for ext in ("png", "pdf"):
-        path = Path(report_dir) / f"{name}.{ext}"
-        fig.savefig(path, dpi=150, bbox_inches="tight")
-        out.append(path)
-    return out
+def trained_environments(model: str) -> int | None:
+    """How many environments the training run behind a checkpoint policy (`local/<run>/training/
+    checkpoints/step-N`) trained on, from its training summary; None for any other model."""
+    import json
+
+    if not model.startswith("local/"):
+        return None
+    ckpt = Path(model.split("/", 1)[1])
+    if ckpt.parent.name != "checkpoints" or ckpt.parent.parent.name != "training":
+        return None
+    summary = ckpt.parent.parent / "summary.json"
+    try:
+        value = json.loads(summary.read_text()).get("environments")
+    except (OSError, ValueError):
+        return None
+    return int(value) if isinstance(value, int) else None
+
+
+def environment_points(scores: pd.DataFrame, labels: dict[str, str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The paper's Figure 11 for a run's `scores.csv`: (trained, others): each checkpoint policy at the
+    number of environments its training run used (`policy`, `environments`, `mean`, `se`), and every
+    other policy (`policy`, `mean`), drawn as a horizontal line."""
+    labels = labels or {}
+    envs = scores["model"].map(lambda m: trained_environments(str(m)))
+    df = scores.assign(policy=scores["policy"].map(lambda p: labels.get(p, p)), environments=envs,
+                       mean=scores["run_mean"], se=scores["run_se"])
+    trained = df[df["environments"].notna()][["policy", "environments", "mean", "se"]]
+    return trained.astype({"environments": int}).reset_index(drop=True), \
+        df[df["environments"].isna()][["policy", "mean"]].reset_index(drop=True)
 
 
 def labelled(df: pd.DataFrame, labels: dict[str, str] | None) -> pd.DataFrame:

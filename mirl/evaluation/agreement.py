@@ -5,9 +5,11 @@ kappa = (p_o - p_e) / (1 - p_e), with p_o the share of items the two raters labe
 share expected by chance from each rater's own label frequencies.
 
 The one degenerate case is p_e = 1, which happens only when both raters give every item the same
-single label; then p_o = 1 too and the formula is 0/0. It is defined as 1.0: the raters never
-disagree, and kappa is 1 for every other table with p_o = 1, so perfect agreement always reads as
-1 (scikit-learn returns NaN here). Two raters that are each constant but on different labels have
+single label; then p_o = 1 too and the formula is 0/0. Kappa is NaN there (as scikit-learn's), the
+kit's one convention: kappa measures agreement beyond chance, and where chance explains all of it
+there is nothing to measure. A 1.0 would rank two judges that never fire (or a taxonomy type and a
+rule detector that both flag nothing) as perfectly matched; the raw agreement reported beside kappa
+already says they never disagree. Two raters that are each constant but on different labels have
 p_o = p_e = 0 and kappa 0, no special case.
 """
 
@@ -26,7 +28,8 @@ ITEM = ["policy", "misbehavior", "prefix_id", "sample"]
 
 
 def cohens_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
-    """Cohen's kappa of two raters' labels on the same items (any hashable labels)."""
+    """Cohen's kappa of two raters' labels on the same items (any hashable labels); NaN when both raters
+    give every item one and the same label (see the module's docstring)."""
     a, b = list(a), list(b)
     if len(a) != len(b):
         raise ValueError(f"cohens_kappa: {len(a)} labels from one rater but {len(b)} from the other")
@@ -38,7 +41,7 @@ def cohens_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
     freq_b = pd.Series(b).value_counts() / n
     expected = float((freq_a * freq_b.reindex(freq_a.index, fill_value=0.0)).sum())
     if expected == 1.0:
-        return 1.0
+        return math.nan
     return (observed - expected) / (1.0 - expected)
 
 

@@ -54,13 +54,21 @@ def bootstrap_ci(values: np.ndarray, clusters: list[Any], n_boot: int, seed: int
 
     Seeded per call, so a group's interval does not depend on which other groups were computed.
     """
+    means = bootstrap_means(values, clusters, n_boot, seed)
+    if means is None:
+        return math.nan, math.nan
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(means, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+def bootstrap_means(values: np.ndarray, clusters: list[Any], n_boot: int, seed: int) -> np.ndarray | None:
+    """The n_boot pooled shares of draws of as many clusters as there are, with replacement (None for
+    fewer than two clusters). Pooled, not a mean of cluster rates: a big prefix weighs as its samples do."""
     codes, _ = pd.factorize(np.asarray(clusters, dtype=object), use_na_sentinel=False)
     sums = np.bincount(codes, weights=values)
     counts = np.bincount(codes).astype(float)
     if len(sums) < 2:
-        return math.nan, math.nan
+        return None
     draws = np.random.default_rng(seed).integers(0, len(sums), size=(n_boot, len(sums)))
-    means = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
-    alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return float(low), float(high)
+    return sums[draws].sum(axis=1) / counts[draws].sum(axis=1)

@@ -2,9 +2,10 @@
 
 - `client.LLMClient`: cache, retries, ledger, budget and JSON replies around `litellm.completion`;
 - `config.LLMConfig`: which model serves each role (YAML examples in its docstring);
-- `embedded`: SmolLM2-135M in-process (`local/smollm2`), the default that needs no keys;
+- `providers`: in-process models through litellm: `local/<name>` (the engines of `mirl.engines`, e.g.
+  SmolLM2-135M as `local/smollm2`, the default that needs no keys) and `scripted/<name>`;
 - `scripted.ScriptedModel`: deterministic replies for tests (`scripted/<name>` once registered);
-- `vllm_engine`: the policy on a GPU (vLLM when installed, transformers otherwise);
+- `client_generator.ClientGenerator`: a role's token-level engine, counted in the ledger;
 - `ledger.read_ledger` / `ledger.summarize`: what the calls cost, as DataFrames.
 """
 

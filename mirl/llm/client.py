@@ -95,15 +95,15 @@ class LLMClient:
         return RoleModel(self, role)
 
     def generator(self, role: str):
-        """A `mirl.llm.generator.ClientGenerator` for the role when its model is an in-process
+        """A `mirl.llm.client_generator.ClientGenerator` for the role when its model is an in-process
         engine that offers token ids (`local/...`); None otherwise (remote APIs return text)."""
         rc = self.config.role(role)
         if providers.provider_of(rc.model) != "local":
             return None
-        from mirl.llm import embedded
-        from mirl.llm.generator import ClientGenerator
+        from mirl.engines import registry
+        from mirl.llm.client_generator import ClientGenerator
 
-        engine = embedded.get(rc.model.split("/", 1)[1])
+        engine = registry.get(rc.model.split("/", 1)[1])
         return ClientGenerator(self, role, engine) if hasattr(engine, "generate_tokens") else None
 
     def with_stage(self, stage: str) -> LLMClient:

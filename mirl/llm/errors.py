@@ -46,9 +46,12 @@ def classify(exc: BaseException) -> str:
     """Map a litellm/openai/httpx exception to an error kind."""
     import httpx
 
+    from mirl.engines.generator import ContextLengthError
     from mirl.llm.providers import import_litellm
 
     litellm = import_litellm()
+    if isinstance(exc, ContextLengthError):  # an in-process engine's own error
+        return "context_length"
     checks: list[tuple[tuple[type, ...], str]] = [
         ((litellm.ContextWindowExceededError,), "context_length"),
         ((litellm.AuthenticationError, litellm.PermissionDeniedError), "auth"),

@@ -3,7 +3,8 @@
 Two custom providers are registered in `litellm.custom_provider_map`:
 
 - `scripted/<name>`: a `ScriptedModel` registered with `mirl.llm.scripted.register` (tests, dry runs);
-- `local/<name>`: the embedded transformers model (`local/smollm2`, see `mirl.llm.embedded`).
+- `local/<name>`: an in-process engine (`local/smollm2`, the embedded model, or a checkpoint directory;
+  see `mirl.engines.registry`).
 
 `import_litellm()` is the only way this package imports litellm: it pins litellm to its bundled
 price map first, because litellm otherwise tries to download one at import (and waits for the
@@ -76,24 +77,28 @@ def _make_handlers():
     class LocalProvider(CustomLLM):
         def completion(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
                        encoding, api_key, logging_obj, optional_params, *args, **kwargs):
-            from mirl.llm import embedded
+            from mirl.engines import registry
+            from mirl.engines.generator import ContextLengthError
 
             try:
-                lm = embedded.get(model)
+                lm = registry.get(model)
             except LookupError as e:
                 raise litellm.NotFoundError(str(e), model=f"local/{model}", llm_provider="local") from None
             n = int(optional_params.get("n") or 1)
             indices = optional_params.get(SAMPLE_INDICES_KEY) or list(range(n))
-            gen = lm.generate(
-                messages,
-                sample_indices=list(indices)[:n] if len(indices) >= n else list(range(n)),
-                max_tokens=int(optional_params.get("max_tokens") or 256),
-                temperature=float(optional_params.get("temperature", 1.0) if optional_params.get("temperature")
-                                  is not None else 1.0),
-                top_p=float(optional_params.get("top_p") or 1.0),
-                seed=int(optional_params.get("seed") or 0),
-                stop=optional_params.get("stop"),
-            )
+            try:
+                gen = lm.generate(
+                    messages,
+                    sample_indices=list(indices)[:n] if len(indices) >= n else list(range(n)),
+                    max_tokens=int(optional_params.get("max_tokens") or 256),
+                    temperature=float(optional_params.get("temperature", 1.0) if optional_params.get("temperature")
+                                      is not None else 1.0),
+                    top_p=float(optional_params.get("top_p") or 1.0),
+                    seed=int(optional_params.get("seed") or 0),
+                    stop=optional_params.get("stop"),
+                )
+            except ContextLengthError as e:  # what a hosted API answers, so the client's kind is the same
+                raise litellm.ContextWindowExceededError(str(e), model=f"local/{model}", llm_provider="local") from None
             return _response(litellm, model_response, f"local/{model}",
                              [(s.text, s.finish_reason, s.output_tokens) for s in gen.samples],
                              gen.prompt_tokens, sum(s.output_tokens for s in gen.samples),

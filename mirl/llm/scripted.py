@@ -106,12 +106,10 @@ _REGISTRY_LOCK = threading.Lock()
 
 
 def register(model: ScriptedModel) -> str:
-    """Make `model` answer litellm calls to `scripted/<model.name>`; returns that model string."""
-    from mirl.llm import providers
-
+    """Make `model` answer litellm calls to `scripted/<model.name>` (through an `LLMClient`, which
+    installs the provider); returns that model string."""
     with _REGISTRY_LOCK:
         _REGISTRY[model.name] = model
-    providers.install()
     return f"scripted/{model.name}"
 
 

@@ -1,7 +1,7 @@
 """The Model seam: chat messages in, text + token usage out.
 
 Everything that proposes or judges steps (policy, localizer, teacher, annotator, judges) talks to a
-`Model`. Real ones go through `mirl.llm.client` (litellm, the embedded model, vLLM); tests use
+`Model`. Real ones go through `mirl.llm.client` (litellm, the in-process engines of `mirl.engines`); tests use
 `mirl.llm.scripted.ScriptedModel`.
 """
 

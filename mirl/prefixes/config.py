@@ -12,7 +12,8 @@ class PrefixParams:
 
     per_misbehavior: int = field(default=80, metadata={"help": "training prefixes sampled per misbehavior (paper: 80)"})
     heldout_per_misbehavior: int = field(default=20, metadata={
-        "help": "prefixes set aside per misbehavior for the misbehavior-rate evaluation, before training sets are drawn"})
+        "help": "held-out prefixes kept per misbehavior for the misbehavior-rate evaluation (paper: 20 unseen): "
+                "candidates no training prefix uses are rerun-checked in waves until this many pass or none is left"})
     seed: int = field(default=0, metadata={"help": "seed of the sampling"})
     taxonomy_version: int = field(default=0, metadata={"help": "taxonomy version whose kept types are the misbehaviors; 0 = latest"})
     keep: Literal["exact", "normalized", "snapshot"] = field(default="exact", metadata={

@@ -2,8 +2,13 @@
 
 Plan: for every kept misbehavior of the taxonomy version, the error steps labelled with it are
 drawn round-robin over environments (so one busy environment cannot fill the set), with a seed:
-first the held-out ones (never used for training; an error step held out for one misbehavior is
-held out for all), then the training ones. The sample is written once (`sampled.jsonl`).
+the training ones (`per_misbehavior` each) and each misbehavior's queue of held-out candidates, whose
+first `heldout_per_misbehavior` are set aside before the training sample and whose rest are the error
+steps no training prefix uses. Held-out prefixes are counted after the rerun check, as the paper's
+"20 newly sampled ... unseen in training" are: the candidates are checked in waves, each as large as
+the number still missing, until `heldout_per_misbehavior` are kept or the queue is used up (the
+summary says which, per misbehavior). The sample is written once (`sampled.jsonl`); which candidates
+a wave adds follows from the checks already recorded, so a killed run plans the same waves again.
 
 Items: one check per sampled prefix, in a fresh sandbox of its environment: re-run the prefix's
 commands one by one and compare each output with the recorded one, exactly and normalized (volatile
@@ -31,9 +36,17 @@ from mirl.jsonl import read_jsonl
 from mirl.records.error_step import ErrorStep
 from mirl.records.loaders import load_error_steps
 from mirl.records.prefix import MODES, Prefix
-from mirl.records.taxonomy import Label, TaxonomyStore
+from mirl.records.taxonomy import Label
 from mirl.records.trajectory import Trajectory
-from mirl.runner.layout import RunDir, atomic_write_jsonl
+from mirl.runner.inputs import (
+    HELDOUT,
+    PREFIXES,
+    TRAIN,
+    profiled_trajectories,
+    task_pool,
+    taxonomy_store,
+)
+from mirl.runner.layout import atomic_write_jsonl
 from mirl.runner.stage import Item, Stage, run_stage
 
 if TYPE_CHECKING:
@@ -41,7 +54,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 STAGE = "prefixes"
-SAMPLED, CHECKS, PREFIXES, TRAIN, HELDOUT = "sampled.jsonl", "checks.jsonl", "prefixes.jsonl", "train.jsonl", "heldout.jsonl"
+SAMPLED, CHECKS = "sampled.jsonl", "checks.jsonl"
 # what a restored filesystem must match when no later step can probe it: every file's path, mode and size,
 # and a digest of the contents, under the places an agent writes (not /proc, /sys, /dev, /tmp, nor the
 # three files the container engine writes per container)
@@ -76,32 +89,49 @@ def round_robin(items_by_env: dict[str, list[Any]], n: int, rng: random.Random) 
 
 def sample_prefixes(misbehaviors: list[str], labels: list[Label], steps: list[ErrorStep], per: int, heldout: int,
                     seed: int) -> list[Prefix]:
-    """Held-out prefixes first, then training ones, per misbehavior, spread over environments."""
+    """Training prefixes (`per` per misbehavior, spread over environments), then, when `heldout` > 0,
+    each misbehavior's queue of held-out candidates in a seeded round-robin order (the stage checks a
+    queue's head in waves: `heldout_waves`). The first `heldout` of every queue are set aside before
+    the training sample is drawn (so that a small run still has held-out prefixes); the rest of a
+    queue is every error step carrying the misbehavior that no training prefix uses."""
     by_id = {s.id: s for s in steps}
     carrying: dict[str, list[ErrorStep]] = defaultdict(list)
     for label in labels:
         for t in label.types:
             if label.id in by_id:
                 carrying[t].append(by_id[label.id])
-    out: list[Prefix] = []
-    held: set[str] = set()
-    chosen: dict[str, list[ErrorStep]] = {}
-    for m in misbehaviors:  # held-out sets first, for every misbehavior, before any training set
-        rng = random.Random(f"{seed}:heldout:{m}")
+
+    def spread(m: str, kind: str, n: int, leave: set[str]) -> list[ErrorStep]:
         by_env: dict[str, list[ErrorStep]] = defaultdict(list)
         for s in sorted(carrying[m], key=lambda s: s.id):
-            by_env[s.env].append(s)
-        chosen[m] = round_robin(by_env, heldout, rng)
-        held |= {s.id for s in chosen[m]}
-    for m in misbehaviors:
-        out += [_prefix(m, s, "heldout") for s in chosen[m]]
-        rng = random.Random(f"{seed}:train:{m}")
-        by_env = defaultdict(list)
-        for s in sorted(carrying[m], key=lambda s: s.id):
-            if s.id not in held:
+            if s.id not in leave:
                 by_env[s.env].append(s)
-        out += [_prefix(m, s, "train") for s in round_robin(by_env, per, rng)]
+        return round_robin(by_env, n, random.Random(f"{seed}:{kind}:{m}"))
+
+    order = {m: spread(m, "heldout", len(carrying[m]), set()) for m in misbehaviors} if heldout > 0 else {}
+    aside = {s.id for m in order for s in order[m][:heldout]}
+    out: list[Prefix] = []
+    for m in misbehaviors:
+        out += [_prefix(m, s, "train") for s in spread(m, "train", per, aside)]
+    trained = {p.error_id for p in out}
+    for m in order:
+        out += [_prefix(m, s, "heldout") for s in order[m] if s.id not in trained]
     return out
+
+
+def heldout_waves(queue: list[Prefix], checked: dict[str, Prefix], want: int, keep: str) -> list[Prefix]:
+    """The head of one misbehavior's held-out queue to check: `want` candidates first, then, once all
+    of a wave are checked, as many more as are still missing, until `want` are kept (under `keep`) or
+    the queue is used up. Never more than `want` are kept."""
+    n = min(want, len(queue))
+    while True:
+        head = queue[:n]
+        if any(p.id not in checked for p in head):
+            return head
+        kept = sum(checked[p.id].kept(keep) for p in head)
+        if kept >= want or n >= len(queue):
+            return head
+        n = min(len(queue), n + want - kept)
 
 
 def _prefix(misbehavior: str, s: ErrorStep, split: str) -> Prefix:
@@ -124,7 +154,7 @@ class PrefixStage(Stage):
     # --- inputs -----------------------------------------------------------------------------------
 
     def taxonomy_version(self) -> int:
-        store = TaxonomyStore(self.run.stage_dir("taxonomy"))
+        store = taxonomy_store(self.run)
         v = self.params.prefixes.taxonomy_version or store.latest()
         if v is None:
             raise FileNotFoundError(f"{store.versions_dir}: no taxonomy version (run the taxonomy stage first)")
@@ -139,23 +169,19 @@ class PrefixStage(Stage):
     def tasks(self) -> dict[str, Any]:
         """The task pool profiling ran on (as its stored params say; else this run's params)."""
         if self._tasks is None:
-            from mirl.profiling.stage import task_pool
-
             self._tasks = task_pool(self.run, self.params.profiling.tasks)
         return {t.id: t for t in self._tasks}
 
     def trajectories(self) -> dict[tuple[str, int], Trajectory]:
         if self._trajectories is None:
-            from mirl.records.trajectory import load_trajectories
-
-            self._trajectories = {t.key: t for t in load_trajectories(self.run.file("profiling", "trajectories.jsonl"))}
+            self._trajectories = profiled_trajectories(self.run)
         return self._trajectories
 
     def sampled(self) -> list[Prefix]:
         path = self.out / SAMPLED
         if path.exists():
             return [Prefix.from_dict(r) for r in read_jsonl(path)[0]]
-        store = TaxonomyStore(self.run.stage_dir("taxonomy"))
+        store = taxonomy_store(self.run)
         v = self.taxonomy_version()
         taxonomy, labels = store.load(v), store.load_labels(v)
         p = self.params.prefixes
@@ -164,9 +190,20 @@ class PrefixStage(Stage):
         atomic_write_jsonl(path, [x.to_dict() for x in prefixes])
         return prefixes
 
+    def planned(self, records: list[dict[str, Any]] | None = None) -> list[Prefix]:
+        """The training sample and, per misbehavior, the held-out waves the recorded checks call for."""
+        checked = {r["id"]: Prefix.from_dict(r) for r in (self.load_records() if records is None else records)}
+        sampled = self.sampled()
+        out = [x for x in sampled if x.split == "train"]
+        p = self.params.prefixes
+        for m in dict.fromkeys(x.misbehavior for x in sampled if x.split == "heldout"):
+            queue = [x for x in sampled if x.split == "heldout" and x.misbehavior == m]
+            out += heldout_waves(queue, checked, p.heldout_per_misbehavior, p.keep)
+        return out
+
     def plan(self) -> list[Item]:
         self.trajectories()  # a bad trajectory file fails here, once, not as every check's recorded error
-        return [Item((x.id,), x.to_dict()) for x in self.sampled()]
+        return [Item((x.id,), x.to_dict()) for x in self.planned()]
 
     # --- one check ----------------------------------------------------------------------------------
 
@@ -252,7 +289,7 @@ class PrefixStage(Stage):
         if not ok and "snapshot_error" not in prefix.restore:
             prefix.restore["snapshot_error"] = f"the restored state did not reproduce ({'next step' if after else 'file listing'})"
         if ok:
-            prefix.restore.update(snapshot=handle, restore_s=round(restore_s, 4),
+            prefix.restore.update(snapshot=handle, snapshot_backend=self.sandbox().name, restore_s=round(restore_s, 4),
                                   probe="next step" if after is not None else "file listing")
         elif handle is not None:
             try:
@@ -268,12 +305,14 @@ class PrefixStage(Stage):
 
     def finalize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         checked = {r["id"]: Prefix.from_dict(r) for r in records}
-        prefixes = [checked.get(x.id, x) for x in self.sampled()]
+        prefixes = [checked.get(x.id, x) for x in self.planned(records)]
         atomic_write_jsonl(self.out / PREFIXES, [x.to_dict() for x in prefixes])
         keep = self.params.prefixes.keep
         atomic_write_jsonl(self.out / TRAIN, [x.to_dict() for x in prefixes if x.split == "train" and x.kept(keep)])
         atomic_write_jsonl(self.out / HELDOUT, [x.to_dict() for x in prefixes if x.split == "heldout" and x.kept(keep)])
-        return funnel(prefixes, keep)
+        out = funnel(prefixes, keep)
+        out["heldout_status"] = heldout_status(self.sampled(), checked, self.params.prefixes.heldout_per_misbehavior, keep)
+        return out
 
 
 def funnel(prefixes: list[Prefix], keep: str) -> dict[str, Any]:
@@ -295,13 +334,25 @@ def funnel(prefixes: list[Prefix], keep: str) -> dict[str, Any]:
             "train_kept": sum(x.kept(keep) for x in train)}
 
 
-def load_prefixes(run_dir: str | Path, which: str = PREFIXES) -> list[Prefix]:
-    path = RunDir(run_dir).file(STAGE, which)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no prefixes (run the prefix stage first)")
-    return [Prefix.from_dict(r) for r in read_jsonl(path)[0]]
+def heldout_status(sampled: list[Prefix], checked: dict[str, Prefix], want: int, keep: str) -> dict[str, Any]:
+    """Per misbehavior: held-out candidates there were, how many were checked and kept, and whether the
+    target was reached (`kept N`) or the candidates ran out first (`exhausted`)."""
+    out: dict[str, Any] = {}
+    for m in dict.fromkeys(x.misbehavior for x in sampled if x.split == "heldout"):
+        queue = [x for x in sampled if x.split == "heldout" and x.misbehavior == m]
+        done = [checked[x.id] for x in queue if x.id in checked]
+        kept = sum(x.kept(keep) for x in done)
+        status = f"kept {want}" if kept >= want else ("exhausted" if len(done) == len(queue) else "checking")
+        out[m] = {"candidates": len(queue), "checked": len(done), "kept": kept, "wanted": want, "status": status}
+    return out
 
 
 def run_prefixes(params: Params, run_dir: str | Path, sandbox=None, tasks=None, force: bool = False,
                  progress: bool = True) -> dict[str, Any]:
-    return run_stage(PrefixStage(params, run_dir, sandbox=sandbox, tasks=tasks), force=force, progress=progress)
+    """Check the training sample and the held-out candidates, wave after wave, until every misbehavior
+    has its held-out prefixes kept or its candidates used up (or a stop: budget, lost checks)."""
+    stage = PrefixStage(params, run_dir, sandbox=sandbox, tasks=tasks)
+    summary = run_stage(stage, force=force, progress=progress)
+    while summary["complete"] and len(stage.planned()) > summary["planned"]:
+        summary = run_stage(stage, progress=progress)
+    return summary

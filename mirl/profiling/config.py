@@ -16,7 +16,11 @@ class ProfilingParams:
     """Flat on purpose: these are the literals of notebook 01's parameters cell."""
 
     tasks: str = field(default="tasks", metadata={"help": "task pool: a directory of tasks, or comma-separated task dirs"})
-    max_tasks: int = field(default=0, metadata={"help": "use only the first N tasks (sorted by id); 0 = all"})
+    max_tasks: int = field(default=0, metadata={"help": "use only N tasks of the pool (task_order says which); 0 = all"})
+    task_order: Literal["sorted", "random"] = field(default="sorted", metadata={
+        "help": "with max_tasks: the first N by id (sorted), or N drawn at random, seeded by task_seed (random: the "
+                "paper's 2,017 random environments of TMax's set)"})
+    task_seed: int = field(default=0, metadata={"help": "seed of the random task draw (task_order random)"})
     seeds: int = field(default=2, metadata={"help": "rollout seeds per environment (paper: 2)"})
     workers: int = field(default=2, metadata={"help": "episodes run in parallel"})
     ray_address: str = field(default="", metadata={"help": "run episodes on this Ray cluster instead of local workers"})

@@ -30,6 +30,7 @@ from mirl.records.loaders import ERROR_STEPS
 from mirl.records.trajectory import Trajectory
 from mirl.roles.localizer import EitherLocalizer, LLMLocalizer, RuleLocalizer
 from mirl.roles.teacher import LLMTeacher, ReferenceTeacherAdapter
+from mirl.runner.inputs import TRAJECTORIES
 from mirl.runner.layout import RunDir, atomic_write_jsonl
 from mirl.runner.stage import Item, Stage, run_stage, stage_budgets
 from mirl.tasks import Task
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 STAGE = "profiling"
-TRAJECTORIES = "trajectories.jsonl"
 
 _PROCESS: dict[str, Any] = {}  # per-process LLM client and sandbox, keyed by run and params
 _PROCESS_LOCK = threading.Lock()
@@ -81,7 +81,12 @@ class ProfilingStage(Stage):
 
             p = self.params.profiling
             tasks = load_tasks(RolloutConfig(tasks=[t.strip() for t in p.tasks.split(",") if t.strip()]))
-            if p.max_tasks > 0:
+            if p.max_tasks > 0 and p.task_order == "random":
+                from mirl.tasks.draw import draw
+
+                drawn = set(draw([t.id for t in tasks], p.max_tasks, p.task_seed))
+                tasks = sorted((t for t in tasks if t.id in drawn), key=lambda t: t.id)
+            elif p.max_tasks > 0:
                 tasks = sorted(tasks, key=lambda t: t.id)[: p.max_tasks]
             self._tasks = tasks
         return self._tasks
@@ -175,19 +180,6 @@ def run_profiling(params: Params, run_dir: str | Path, tasks=None, sandbox=None,
                      force=force, progress=progress)
 
 
-def task_pool(run: RunDir, pool: str, prefer_stored: bool = True) -> list[Task]:
-    """The tasks of a comma-separated pool of task dirs; with `prefer_stored`, the pool the profiling
-    stage of `run` ran on, as its stored params say (later stages must see the same tasks)."""
-    import json
-
-    from mirl.agent.rollout import RolloutConfig, load_tasks
-
-    stored = run.params("profiling")
-    if prefer_stored and stored.exists():
-        pool = (json.loads(stored.read_text()).get("params") or {}).get("profiling", {}).get("tasks", pool)
-    return load_tasks(RolloutConfig(tasks=[t.strip() for t in pool.split(",") if t.strip()]))
-
-
 def error_rows(trajectories: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per flagged step, from finished trajectories (accepted corrections and discards)."""
     rows = []
@@ -224,7 +216,9 @@ def summarize(trajectories: list[dict[str, Any]], rows: list[dict[str, Any]]) ->
     }
 
 
-def load_error_steps(run_dir: str | Path) -> pd.DataFrame:
+def error_steps_table(run_dir: str | Path) -> pd.DataFrame:
+    """The stage's error steps as stored, one row each (the notebook's table); the records themselves
+    come from `mirl.records.load_error_steps`."""
     rows, _ = read_jsonl(RunDir(run_dir).file(STAGE, ERROR_STEPS))
     return pd.DataFrame(rows)
 

@@ -45,3 +45,11 @@ def error_steps_frame(steps: list[ErrorStep]):
     import pandas as pd
 
     return pd.DataFrame([{"id": s.id, **s.to_dict()} for s in steps])
+
+
+def profiled_environments(run: str | Path | RunDir) -> int | None:
+    """How many environments the run's profiling stage played (its summary); None before it ran."""
+    run = run if isinstance(run, RunDir) else RunDir(run)
+    summary = run.read_summary(PROFILING)
+    value = (summary or {}).get("environments")
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None

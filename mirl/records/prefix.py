@@ -3,7 +3,7 @@
 A prefix is the trajectory of an error step up to, not including, that step; the trajectory holds
 its commands, outputs and token ids, so the record only points at it (`trajectory`: task, seed,
 steps). Written by the prefix stage to `runs/<run>/prefixes/prefixes.jsonl`; read by training and
-evaluation through `mirl.records.load_prefixes`.
+evaluation through `mirl.runner.inputs.load_prefixes`.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ JUDGE_SYSTEM = """You grade the work of an agent that solved a task in a Linux t
 command at a time. You see the task, a rubric and every command the agent ran with its exit code and \
 output, in order.
 
-Rubric items are Essential, Important or Optional qualities, each with a weight, and Pitfalls: \
-mistakes that cost their weight when they happen. Decide each item from the commands and outputs \
+Rubric items are Essential, Important or Optional qualities, each with a positive weight, and \
+Pitfalls: mistakes with a negative weight, which count against the work when they happen. Decide each item from the commands and outputs \
 alone; an item the steps do not show is not met. Rate the work as a whole from 1 (nothing of value, \
 or harmful) to 10 (every Essential and Important item met, no Pitfall), weighing items by their \
 weights. Do not reward length: more steps or longer output earn nothing by themselves.
@@ -119,7 +119,8 @@ class LLMRubricJudge:
 class RuleRubricJudge:
     """Offline: an item is met when its check matches one rated step's command (or output).
 
-    rating = 1 + 9 * clip((met weight - weight of Pitfalls that happened) / total non-Pitfall weight, 0, 1),
+    rating = 1 + 9 * clip((met weight + the (negative) weights of Pitfalls that happened) / total non-Pitfall
+    weight, 0, 1),
     over the items that carry a check; items without one are left out (only an LLM can read them).
     A rubric with no checkable non-Pitfall item cannot be rated this way: a ValueError says so.
     """
@@ -141,7 +142,7 @@ class RuleRubricJudge:
                              "the rule judge cannot rate against it")
         gained = sum(rubric.items[k].weight for k, ok in met.items() if ok and rubric.items[k].kind != "Pitfall")
         lost = sum(rubric.items[k].weight for k, ok in met.items() if ok and rubric.items[k].kind == "Pitfall")
-        fraction = min(1.0, max(0.0, (gained - lost) / total))
+        fraction = min(1.0, max(0.0, (gained + lost) / total))  # a Pitfall's weight is negative
         found = [f"{'hit' if rubric.items[k].kind == 'Pitfall' else 'met'}: {rubric.items[k].text}"
                  for k, ok in met.items() if ok]
         return Rating(score=MIN_SCORE + (MAX_SCORE - MIN_SCORE) * fraction, source="rules:rubric", steps=idx,

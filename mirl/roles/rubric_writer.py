@@ -1,9 +1,11 @@
 """The rubric writer of the RaR+ baseline: weighted items a judge rates a rollout against.
 
-A rubric has 7-20 items, each of one kind, a positive weight and, optionally, a machine check:
+A rubric has 7-20 items, each of one kind, a weight and, optionally, a machine check:
 
-- Essential: the task is not done without it; Important; Optional (good practice);
-- Pitfall: a mistake to avoid, phrased as the mistake; its weight is how much it costs;
+- Essential: the task is not done without it (weight about 5); Important (3-4); Optional (good
+  practice, 1-2): weights from 1 to 5, as RaR's writer gives them;
+- Pitfall: a mistake to avoid, phrased as the mistake, weighted -1 or -2 (RaR's rule, which the paper's
+  RaR+ writer keeps): a pitfall that happens takes its weight off;
 - `check`: "command:<regex>" or "output:<regex>", a Python regex searched in each of the agent's
   commands (or outputs); the offline judge (`mirl.roles.rubric_judge.RuleRubricJudge`) rates by
   these, an LLM judge reads the item's text.
@@ -32,6 +34,8 @@ ROLE = "rubric_writer"
 KINDS = ("Essential", "Important", "Optional", "Pitfall")
 MIN_ITEMS, MAX_ITEMS = 7, 20
 MIN_TESTS_WEIGHT, MAX_TESTS_WEIGHT = 0.5, 1.0
+MIN_WEIGHT, MAX_WEIGHT = 1.0, 5.0  # Essential, Important, Optional
+PITFALL_WEIGHTS = (-1.0, -2.0)
 CHECK_PLACES = ("command", "output")
 MAX_SOLUTION_CHARS = 8000
 MAX_TEST_FILE_CHARS = 4000
@@ -70,9 +74,12 @@ class RubricItem:
             out.append("text is empty")
         if self.kind not in KINDS:
             out.append(f"kind {self.kind!r} is not one of {', '.join(KINDS)}")
-        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) \
-                or not math.isfinite(self.weight) or self.weight <= 0:
-            out.append(f"weight must be a positive number, got {self.weight!r}")
+        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not math.isfinite(self.weight):
+            out.append(f"weight must be a number, got {self.weight!r}")
+        elif self.kind == "Pitfall" and self.weight not in PITFALL_WEIGHTS:
+            out.append(f"a Pitfall's weight must be -1 or -2, got {self.weight!r}")
+        elif self.kind != "Pitfall" and not MIN_WEIGHT <= self.weight <= MAX_WEIGHT:
+            out.append(f"an {self.kind} item's weight must be from {MIN_WEIGHT:g} to {MAX_WEIGHT:g}, got {self.weight!r}")
         if not isinstance(self.check, str):
             out.append(f"check must be a string, got {type(self.check).__name__}")
         else:
@@ -172,11 +179,12 @@ You see the task, a reference solution and the task's tests. The tests are hidde
 and run after it finishes; they are shown to you only so that your rubric agrees with them.
 
 Write {MIN_ITEMS} to {MAX_ITEMS} items. Each item is one statement about what the agent's commands \
-do or what their outputs show, with a kind and a positive weight:
-- Essential (weight about 5): the task is not done without it;
+do or what their outputs show, with a kind and a weight:
+- Essential (weight 5): the task is not done without it;
 - Important (3-4): clearly part of doing the task well;
 - Optional (1-2): good practice, such as looking at inputs first or checking the result;
-- Pitfall (1-5, how bad it is): a mistake to avoid, phrased as the mistake ("Deletes /app/data.txt").
+- Pitfall (-1, or -2 for the worse ones): a mistake agents often make on this task, phrased as the \
+mistake ("Deletes /app/data.txt"); it counts against the work when it happens.
 Rules:
 - Every item must be checkable from the commands and outputs alone.
 - Never write items about the hidden tests: do not name test files or test functions and do not \
@@ -295,7 +303,7 @@ class LLMRubricWriter:
 # --- the offline writer -----------------------------------------------------------------------------
 
 OFFLINE_TESTS_WEIGHT = 0.8
-WEIGHTS = {"Essential": 5.0, "Important": 3.0, "Optional": 1.0, "Pitfall": 3.0}
+WEIGHTS = {"Essential": 5.0, "Important": 3.0, "Optional": 1.0, "Pitfall": -2.0}
 MAX_FILES, MAX_PROGRAMS, MAX_INPUTS = 6, 5, 3
 # programs whose name says nothing about how the task was solved
 PLAIN_PROGRAMS = frozenset("cat ls pwd head tail less more tree file stat sleep seq clear echo printf test".split())

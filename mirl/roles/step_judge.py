@@ -9,7 +9,10 @@ reference_step, action) -> bool`:
   (re-asked when the tag is missing);
 - `DifflibStepJudge` (offline): the two commands, whitespace-normalized, match when their
   `difflib.SequenceMatcher` ratio is at least `threshold` (0.95); its junk heuristic is off, since
-  it would skip frequent characters of commands over 200 characters (heredocs) and lower the ratio.
+  it would skip frequent characters of commands over 200 characters (heredocs) and lower the ratio;
+- `MatchThenLLMStepJudge`: a ratio of at least 0.95 matches without a call, the LLM judges the rest
+  (the paper rewards PivotRL's actions "mainly with an LLM judge" and matches steps with
+  SequenceMatcher at 0.95).
 
 An action without a runnable command never matches.
 """
@@ -93,3 +96,15 @@ class DifflibStepJudge:
         if action.command is None or reference_step.command is None:
             return False
         return command_ratio(action.command, reference_step.command) >= self.threshold
+
+
+class MatchThenLLMStepJudge:
+    """A near-identical command (`DifflibStepJudge`) matches at once; any other is for `llm` to judge."""
+
+    def __init__(self, llm: Any, threshold: float = THRESHOLD):
+        self.llm, self.match = llm, DifflibStepJudge(threshold)
+
+    def same(self, context_steps: list[Step], reference_step: Step, action: Step) -> bool:
+        if action.command is None:
+            return False
+        return self.match.same(context_steps, reference_step, action) or self.llm.same(context_steps, reference_step, action)

@@ -5,7 +5,10 @@ where neither a Docker-API engine nor bubblewrap exists (e.g. a rented GPU box);
 picks it. The task's COPY/ADD files are laid into a fresh temp root per session. When we are root
 and `unshare` works, every command runs in a private mount namespace where that temp root's
 WORKDIR, /tests, /logs and COPY targets are bind-mounted over the host paths, so tasks' absolute
-paths resolve without touching the host's real directories (empty mount points may be created).
+paths resolve without touching the host's real directories (empty mount points may be created); a
+COPY into a directory the host already fills (`COPY opt /opt`) is merged entry by entry; /tmp and
+/etc are the session's own (a copy of the host's /etc), so sessions of one task side by side do not
+see each other's files or users.
 Otherwise commands run in the temp copy of WORKDIR and absolute paths point at the host (RUN
 lines too: a line writing to /app writes the host's /app). RUN lines that install packages are
 skipped with a warning; install them on the machine yourself.
@@ -61,6 +64,7 @@ log = logging.getLogger(__name__)
 
 SESSION_VAR = "MIRL_SESSION"
 PIDS_LIMIT = 1024
+PRIVATE_DIRS = ("/tmp", "/etc")  # a fresh copy per session (see LocalSession._private_copies)
 RUNNER_START_S = 15.0
 _unshare_ok: bool | None = None
 _unshare_lock = threading.Lock()
@@ -182,8 +186,7 @@ class LocalSession:
         self.sids: list[int] = []
         self.tmp = Path(tempfile.mkdtemp(prefix="mirl-local-"))
         self.root = self.tmp / "root"
-        self.home = self.tmp / "home"
-        self.home.mkdir()
+        self.home = self.tmp / "home"  # on the host; commands see it at the same path
         try:
             plan, runs, written = layers.apply_to_dir(task, self.root)
         except BaseException:
@@ -201,15 +204,24 @@ class LocalSession:
             SESSION_VAR: self.id,
         }
         self.namespaced = unshare_works()
-        self.binds = self._bind_points([plan.workdir, "/logs", "/tests", *written]) if self.namespaced else []
+        self.binds = []
+        if self.namespaced:
+            own = [plan.workdir, "/logs", "/tests", *PRIVATE_DIRS]
+            self._private_copies()
+            # the temp root lies under the host's /tmp, which the session's own /tmp covers: HOME is kept there
+            if self._under_tmp(self.home):
+                self.home = self.root / "tmp" / os.path.relpath(os.path.realpath(self.home), "/tmp")
+            self.binds = self._bind_points(own + [d for w in written for d in self._merged(w, own)])
         if not self.namespaced:
             log.warning(
                 "local sandbox for %s: no private mount namespace (needs root and `unshare`); commands run in %s "
                 "and the task's absolute paths (/app, /tests, /logs) point at the host", task.id, self.root,
             )
+        self.home.mkdir(parents=True, exist_ok=True)
         self.bash = shutil.which("bash", path=self.env["PATH"]) or shutil.which("bash") or "/bin/bash"
         self.runner: Runner | None = None
         self.cgroup = PidsCgroup.create(f"mirl-local-{self.id[:12]}", PIDS_LIMIT)
+        self.skipped: list[layers.Step] = []  # install lines the local backend did not run
         try:
             self.runner = self._start_runner()
             for step in runs:
@@ -217,6 +229,38 @@ class LocalSession:
         except BaseException:
             self.close()
             raise
+
+    @staticmethod
+    def _under_tmp(path: Path) -> bool:
+        return os.path.realpath(path).startswith("/tmp/")
+
+    def _private_copies(self) -> None:
+        """The session's own /tmp (empty but for what the task put there) and /etc (a copy of the host's
+        under the task's files): a RUN line's `groupadd`, or a file it moves out of /tmp, then changes
+        this session alone, not the host nor the sessions beside it."""
+        (self.root / "tmp").mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root / "tmp", 0o1777)
+
+        def keep_task_files(src: str, dst: str) -> None:
+            if not os.path.lexists(dst):
+                shutil.copy2(src, dst, follow_symlinks=False)
+
+        try:
+            shutil.copytree("/etc", self.root / "etc", symlinks=True, dirs_exist_ok=True, copy_function=keep_task_files,
+                            ignore_dangling_symlinks=True)
+        except shutil.Error as e:  # unreadable or special files: the rest is copied
+            log.debug("local sandbox: /etc copied with %d file(s) left out", len(e.args[0]))
+
+    def _merged(self, dest: str, own: list[str]) -> list[str]:
+        """Where a COPY destination is bound: itself, unless it is a directory the host already has
+        with content (`COPY opt /opt`), which is then merged entry by entry, as an image layer is, so
+        the host's other entries there (the Python this runs on, in /opt) stay visible."""
+        dest = os.path.normpath(dest)
+        src = self.root / dest.lstrip("/")
+        inside_own = any(dest == o or dest.startswith(o.rstrip("/") + "/") for o in map(os.path.normpath, own))
+        if inside_own or not src.is_dir() or src.is_symlink() or not os.path.isdir(dest) or not os.listdir(dest):
+            return [dest]
+        return [d for entry in sorted(os.listdir(src)) for d in self._merged(os.path.join(dest, entry), own)]
 
     def _bind_points(self, dests: list[str]) -> list[tuple[Path, str]]:
         """(temp path, host path) pairs, outermost first, nested ones dropped; mount points made."""
@@ -236,10 +280,12 @@ class LocalSession:
             except OSError as e:
                 raise SandboxError(f"local sandbox: cannot create mount point {dest} on the host: {e}") from e
             out.append((src, dest))
-        return out
+        # /tmp last: the session's temp root (the other binds' sources) lives under the host's /tmp
+        return sorted(out, key=lambda b: b[1] == "/tmp")
 
     def _run_build_step(self, step: layers.Step) -> None:
         if _installs(step):
+            self.skipped.append(step)
             log.warning(
                 "local sandbox for %s: skipping Dockerfile line %d (`%s`): the local backend does not install "
                 "packages; install them on this machine yourself", self.task.id, step.line, step.text[:100],
@@ -248,9 +294,14 @@ class LocalSession:
         cwd = step.workdir
         res = self._exec(f"cd {shlex.quote(cwd)} && {step.command}", self.task.build_timeout_s, step.env)
         if res.exit_code != 0:
+            hint = ""
+            if res.exit_code == 127 and self.skipped:  # command not found: most likely what was not installed
+                lines = ", ".join(str(s.line) for s in self.skipped)
+                hint = (f"\n(the local backend skipped the install line(s) {lines}: install those packages on this "
+                        "machine, or use the docker or bwrap backend)")
             raise SandboxError(
-                f"task {self.task.id}: Dockerfile line {step.line} failed (exit {res.exit_code}):\n{res.output.strip()[-1000:]}"
-            )
+                f"task {self.task.id}: Dockerfile line {step.line} failed (exit {res.exit_code}):\n"
+                f"{res.output.strip()[-1000:]}{hint}")
 
     def _start_runner(self) -> Runner:
         env = {"PATH": self.env["PATH"], "LANG": self.env["LANG"], SESSION_VAR: self.id}

@@ -11,21 +11,16 @@ and the formats tried.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from mirl.records.trajectory import Trajectory
+from mirl.sources import harbor, tb1
 from mirl.sources.base import FORMATS, TrajectoryFileError
-
-# file names a directory search picks up (trial directories are recognised by their result files)
-PATTERNS = ("*.traj.json", "*.traj", "*.jsonl", "trajectory.json", "*.trajectory.json", "*.atif.json")
+from mirl.sources.files import PATTERNS, read_document, read_file
 
 
 def _trial_kind(d: Path) -> str | None:
-    from mirl.sources import harbor, tb1
-
     if harbor.is_trial_dir(d):
         return "harbor"
     if tb1.is_trial_dir(d):
@@ -67,55 +62,12 @@ def read_source(path: str | Path) -> list[Trajectory]:
     if path.is_dir():
         kind = _trial_kind(path)
         if kind == "harbor":
-            from mirl.sources.harbor import read_trial
-            return [read_trial(path)]
+            return [harbor.read_trial(path)]
         if kind == "tb1":
-            from mirl.sources.tb1 import read_trial
-            return [read_trial(path)]
+            return [tb1.read_trial(path)]
         raise TrajectoryFileError(f"{path}: a directory that is not a Harbor or Terminal-Bench 1 trial; "
                                   f"give it to `find_sources` to search it")
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as e:
-        raise TrajectoryFileError(f"{path}: cannot read: {e.strerror or e}") from None
-    if not text.strip():
-        raise TrajectoryFileError(f"{path}: file is empty")
-    from mirl.sources import jsonl
-
-    if path.name.endswith(".jsonl"):
-        return jsonl.read_text(path, text)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        if "\n" in text.strip():  # perhaps JSONL under another name
-            return jsonl.read_text(path, text)
-        raise TrajectoryFileError(f"{path}: not valid JSON") from None
-    traj = read_document(path, data)
-    traj.meta.setdefault("source_file", str(path))
-    return [traj]
-
-
-def _name(path: Path) -> str:
-    name = path.name
-    for suffix in (".traj.json", ".trajectory.json", ".atif.json", ".json", ".traj"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
-def read_document(path: Path, data: Any) -> Trajectory:
-    """One parsed JSON document, whichever of the known formats it is."""
-    from mirl.sources import atif, jsonl, miniswe
-
-    for reader in (atif, miniswe, jsonl):
-        if reader.sniff(data):
-            try:
-                return reader.read(data, task=_name(path))
-            except TrajectoryFileError as e:
-                raise TrajectoryFileError(f"{path}: {e}") from None
-            except (KeyError, TypeError, AttributeError, ValueError) as e:
-                raise TrajectoryFileError(f"{path}: malformed {reader.NAME} file ({type(e).__name__}: {e})") from None
-    raise TrajectoryFileError(f"{path}: not a trajectory format this kit reads (tried {', '.join(FORMATS)})")
+    return read_file(path)
 
 
 __all__ = ["FORMATS", "PATTERNS", "TrajectoryFileError", "find_sources", "read_document", "read_source"]

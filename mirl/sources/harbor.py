@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlparse
 
 from mirl.records.trajectory import Trajectory
 from mirl.sources.base import TrajectoryFileError
+from mirl.sources.files import read_document
 
 NAME = "Harbor trial directory"
 AGENT_FILES = ("trajectory.json", "*.trajectory.json", "*.traj.json")
@@ -94,8 +95,6 @@ def _reward(trial: Path, result: dict[str, Any]) -> float | None:
 
 
 def read_trial(trial: Path) -> Trajectory:
-    from mirl.sources import read_document
-
     result = _result(trial)
     if result is None:
         raise TrajectoryFileError(f"{trial}/result.json: not a readable Harbor trial result")

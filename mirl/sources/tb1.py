@@ -17,6 +17,7 @@ from typing import Any
 
 from mirl.records.trajectory import Step, Trajectory
 from mirl.sources.base import TrajectoryFileError
+from mirl.sources.files import PATTERNS, read_file
 
 NAME = "Terminal-Bench 1 trial directory"
 
@@ -75,15 +76,13 @@ def _terminus_steps(episodes: list[Path]) -> list[Step]:
 
 
 def read_trial(trial: Path) -> Trajectory:
-    from mirl.sources import PATTERNS, read_source
-
     results = _results(trial) or {}
     logs = trial / "agent-logs"
     traj: Trajectory | None = None
     if logs.is_dir():
         files = sorted(f for p in PATTERNS for f in logs.rglob(p) if f.is_file())
         if files:
-            traj = read_source(files[0])[0]
+            traj = read_file(files[0])[0]
         elif episodes := _episodes(logs):
             steps = _terminus_steps(episodes)
             traj = Trajectory(task="", seed=0, models={}, steps=steps,

@@ -20,6 +20,10 @@ class TaxonomyParams:
         "help": "an error_steps.jsonl made elsewhere (e.g. from your own agent logs); empty: this run's profiling"})
     batch_size: int = field(default=40, metadata={"help": "error steps per propose/refine batch"})
     refine_batches: int = field(default=5, metadata={"help": "most refine batches after the propose batch"})
+    recur_batches: int = field(default=2, metadata={
+        "help": "LLM annotator: keep a candidate type only when it appears (proposed, or assigned an example) in at "
+                "least this many of the propose/refine batches, i.e. it recurs across batches (paper section 3.3); "
+                "1 keeps every proposed type"})
     new_pattern_stop: float = field(default=0.1, metadata={
         "help": "stop refining once the share of a batch left as new_pattern falls under this"})
     label_batch_size: int = field(default=20, metadata={"help": "error steps per labelling call"})
@@ -34,3 +38,9 @@ class TaxonomyParams:
     workers: int = field(default=2, metadata={"help": "labelling calls in parallel"})
     budget_usd: float = field(default=0.0, metadata={"help": "stop the stage cleanly once its LLM spend reaches this; 0 = no cap"})
     examples: int = field(default=3, metadata={"help": "examples shown per kept type in the notebook"})
+
+    def __post_init__(self) -> None:
+        from mirl.config import ParamsError
+
+        if isinstance(self.recur_batches, int) and self.recur_batches < 1:
+            raise ParamsError(f"recur_batches must be at least 1, got {self.recur_batches}")

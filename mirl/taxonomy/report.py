@@ -20,10 +20,16 @@ class Review:
     labels: list[Label]
     steps: list[ErrorStep]
     table: pd.DataFrame
+    profiled_envs: int | None = None  # environments profiled (the share of environments is of these); None: unknown
 
     @property
     def union_coverage(self) -> float:
         return stats.union_coverage(self.labels, [t.name for t in self.taxonomy.kept()], len(self.steps))
+
+    @property
+    def union_env_coverage(self) -> float:
+        return stats.union_env_coverage(self.labels, [t.name for t in self.taxonomy.kept()], self.steps,
+                                        self.profiled_envs)
 
 
 def load(params, run_dir: str | Path, version: int | None = None) -> Review:
@@ -32,16 +38,17 @@ def load(params, run_dir: str | Path, version: int | None = None) -> Review:
 
     stage = TaxonomyStage(params, run_dir)
     taxonomy, labels = stage.store.load(version), stage.store.load_labels(version)
-    steps = stage.steps()
-    return Review(taxonomy, labels, steps, stats.type_stats(taxonomy, labels, steps))
+    steps, profiled = stage.steps(), stage.profiled_environments()
+    return Review(taxonomy, labels, steps, stats.type_stats(taxonomy, labels, steps, profiled), profiled)
 
 
 def table2(review: Review) -> pd.DataFrame:
-    return stats.table2(review.table, review.labels, len(review.steps))
+    return stats.table2(review.table, review.labels, review.steps, review.profiled_envs)
 
 
 def figure4(review: Review):
-    return stats.figure4(review.table, review.taxonomy.threshold)
+    of = "profiled environments" if review.profiled_envs is not None else "environments with an error step"
+    return stats.figure4(review.table, review.taxonomy.threshold, of)
 
 
 def examples(review: Review, per_type: int = 3) -> pd.DataFrame:

@@ -82,6 +82,15 @@ class TaxonomyStage(Stage):
                 raise ValueError("error steps with the same id (env/seed/step) appear twice")
         return self._steps
 
+    def profiled_environments(self) -> int | None:
+        """How many environments profiling played (its summary), the denominator of the share of
+        environments; None when the error steps come from elsewhere (taxonomy.error_steps)."""
+        if self.params.taxonomy.error_steps:
+            return None
+        from mirl.records.loaders import profiled_environments
+
+        return profiled_environments(self.run)
+
     def client(self):
         with self._lock:
             if self._client is None:
@@ -144,6 +153,11 @@ class TaxonomyStage(Stage):
         return types, labels
 
     def propose_and_refine(self) -> tuple[list[ErrorType], str]:
+        """Propose types on the first batch, refine on fresh ones, then keep the types that recur: a
+        type counts in a batch where it is proposed or assigned an example, and it is kept when it
+        counts in at least `recur_batches` batches (the paper: "keep the types that recur across
+        batches"). With fewer batches read than that, nothing can recur and every type is kept (said in
+        the stage's `how`)."""
         p = self.params.taxonomy
         steps = self.order()
         batches = [steps[i:i + p.batch_size] for i in range(0, len(steps), max(1, p.batch_size))]
@@ -153,23 +167,39 @@ class TaxonomyStage(Stage):
         first = ann.propose(batches[0])
         types = [ErrorType(name=t["name"], definition=t["definition"], examples=list(dict.fromkeys(t["example_ids"])),
                            provenance="llm: propose, batch 0") for t in first["types"]]
-        done = 1
+        seen: dict[str, set[int]] = {t.name: {0} for t in types}
+        done, how = 1, ""
         for b, batch in enumerate(batches[1:p.refine_batches + 1], 1):
             reply = ann.refine(types, batch)
             done += 1
             by_name = {t.name: t for t in types}
             for a in reply["assignments"]:
                 for name in a["types"]:
-                    if name in by_name and len(by_name[name].examples) < 5:
-                        by_name[name].examples.append(a["id"])
+                    if name in by_name:
+                        seen[name].add(b)
+                        if len(by_name[name].examples) < 5:
+                            by_name[name].examples.append(a["id"])
             for t in reply["new_types"]:
                 types.append(ErrorType(name=t["name"], definition=t["definition"],
                                        examples=list(dict.fromkeys(t["example_ids"])),
                                        provenance=f"llm: refine, batch {b}"))
+                seen[t["name"]] = {b}
             new_pattern = sum(u["reason"] == "new_pattern" for u in reply["unassigned"]) / max(len(batch), 1)
             if new_pattern < p.new_pattern_stop:
-                return types, f"propose + {b} refine batch(es); new_pattern share {new_pattern:.2f} < {p.new_pattern_stop}"
-        return types, f"propose + {done - 1} refine batch(es) (batch budget or steps used up)"
+                how = f"propose + {b} refine batch(es); new_pattern share {new_pattern:.2f} < {p.new_pattern_stop}"
+                break
+        how = how or f"propose + {done - 1} refine batch(es) (batch budget or steps used up)"
+        for t in types:
+            t.provenance += f"; in batch(es) {', '.join(str(b) for b in sorted(seen[t.name]))}"
+        if done < p.recur_batches:
+            return types, how + f"; {done} batch(es) read, fewer than recur_batches = {p.recur_batches}: every type kept"
+        kept = [t for t in types if len(seen[t.name]) >= p.recur_batches]
+        dropped = [t.name for t in types if len(seen[t.name]) < p.recur_batches]
+        if dropped:
+            log.info("taxonomy: %d candidate type(s) seen in fewer than %d batches left out: %s", len(dropped),
+                     p.recur_batches, "; ".join(dropped))
+        return kept, how + (f"; {len(kept)} of {len(types)} types recur in >= {p.recur_batches} batches"
+                            + (f" (left out: {'; '.join(dropped)})" if dropped else ""))
 
     # --- items: labelling batches ----------------------------------------------------------------
 
@@ -221,7 +251,8 @@ class TaxonomyStage(Stage):
         if len(labels) < len(steps):
             return {"version": None, "labelled": len(labels), "error_steps": len(steps)}
         taxonomy = Taxonomy(types=[replace(t) for t in types], note=f"{p.annotator} annotator: {self.how}")
-        table = stats.type_stats(taxonomy, labels, steps)
+        profiled = self.profiled_environments()
+        table = stats.type_stats(taxonomy, labels, steps, profiled)
         stats.apply_threshold(taxonomy, table, p.threshold)
         version = self._save_if_new(taxonomy, labels)
         if p.edits:
@@ -238,11 +269,13 @@ class TaxonomyStage(Stage):
             version = self._save_if_new(edited, edited_labels)
         final = self.store.load(version)
         final_labels = self.store.load_labels(version)
-        table = stats.type_stats(final, final_labels, steps)
+        table = stats.type_stats(final, final_labels, steps, profiled)
         table.to_csv(self.out / STATS, index=False)
         kept = [t.name for t in final.kept()]
         return {"version": version, "error_steps": len(steps), "types": len(final.types), "kept": kept,
+                "environments": stats.env_denominator(steps, profiled),
                 "union_coverage": round(stats.union_coverage(final_labels, kept, len(steps)), 4),
+                "union_env_coverage": round(stats.union_env_coverage(final_labels, kept, steps, profiled), 4),
                 "unassigned": sum(1 for lb in final_labels if not lb.types), "how": self.how}
 
     def _save_if_new(self, taxonomy: Taxonomy, labels: list[Label]) -> int:

@@ -20,11 +20,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mirl.runner.inputs import checkpoint_dir
+
 _NAME = re.compile(r"^step-(\d{6})$")
-
-
-def checkpoint_dir(root: Path, step: int) -> Path:
-    return Path(root) / f"step-{step:06d}"
 
 
 def list_checkpoints(root: Path) -> list[tuple[int, Path]]:

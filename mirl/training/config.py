@@ -8,7 +8,20 @@ baselines and ablations are those choices with everything else equal:
     env selection only          start: env      reward: outcome   (step 0 of the prefixes' environments)
     TMax-style                  start: random   reward: outcome   (step 0 of random task-pool environments)
     RaR+                        start: random   reward: rubric    (w * r_o + (1 - w) * (rating - 1) / 9)
-    PivotRL                     start: pivot    reward: step match (one-step updates at reference steps)
+    PivotRL                     start: pivot    reward: step match (one-step updates at profiled pivots)
+
+`environments` draws that many environments, seeded by `environments_seed`, from the pool the start
+points come from (the task pool for random and pivot starts, the prefixes' environments for prefix and
+env starts): the paper's baselines train on 189 environments drawn at random from the 2,017 profiled
+ones, the same draw for TMax-189, PivotRL and RaR+ (same seed, same pool: the same list), and a
+smaller draw is part of a larger one (the paper's 0.25x and 0.5x MiRL runs). The draw is written to
+`training/environments.json`.
+
+PivotRL first profiles steps (`mirl.training.step_profiling`, section `step_profiling`): at every
+command step of the reference trajectories in the drawn environments it samples a few actions and
+keeps the steps whose actions get different rewards; training then samples `group_size` one-step
+actions at those pivots. Its budget is GPU time (`gpu_budget_hours`), as the paper gives PivotRL
+about the GPU hours of TMax-189's full run.
 
 The policy, its sampling temperature and the judges are the shared `models` section; the agent's
 format is the shared `agent` section (its step limit is this section's `max_steps`).
@@ -35,6 +48,20 @@ class ScaleParams:
         "help": "DeepSpeed ZeRO stage of the learner: 2 shards optimizer state and gradients, 3 the weights too"})
     learners: int = field(default=1, metadata={
         "help": "learner processes (data parallel); more than 1 needs a torchrun launch of that many processes"})
+
+
+@dataclass
+class StepProfilingParams:
+    """PivotRL's preprocessing (`mirl.training.step_profiling`): which reference steps become pivots."""
+
+    actions: int = field(default=8, metadata={
+        "help": "actions sampled at each candidate step; a step is kept as a pivot when they get different "
+                "rewards (paper: 8)"})
+    min_reward: float = field(default=1.0, metadata={
+        "help": "a profiling trajectory is a reference (its command steps are candidates) when its verifier "
+                "reward is at least this"})
+    workers: int = field(default=16, metadata={"help": "candidate steps sampled at once"})
+    budget_usd: float = field(default=0.0, metadata={"help": "stop cleanly once the stage's LLM spend reaches this; 0 = no cap"})
 
 
 @dataclass
@@ -75,13 +102,23 @@ class TrainingParams:
                 "re-running its commands"})
     tasks: str = field(default="", metadata={
         "help": "task pool for start=random (comma-separated dirs); empty: the profiling stage's pool"})
+    environments: int = field(default=0, metadata={
+        "help": "train on this many environments drawn at random (seeded) from where the starts come from: the "
+                "task pool (random, pivot) or the prefixes' environments (prefix, env); 0 = all (paper: 189 for "
+                "TMax-189, PivotRL and RaR+; 47 and 94 for MiRL at 0.25x and 0.5x)"})
+    environments_seed: int = field(default=0, metadata={
+        "help": "seed of the environment draw; the same seed and pool give the same draw to every recipe"})
     rubric_writer: Literal["reference", "llm"] = field(default="reference", metadata={
         "help": "RaR+: who writes each task's rubric, offline from the reference solution or the models.rubric_writer LLM"})
     rubric_judge: Literal["rules", "llm"] = field(default="rules", metadata={
         "help": "RaR+: who rates a rollout 1-10 against the rubric, offline by the items' checks or the models.rubric_judge LLM"})
-    pivot_samples: int = field(default=8, metadata={"help": "PivotRL: actions sampled per pivot step (paper: 8)"})
-    pivot_judge: Literal["difflib", "llm"] = field(default="difflib", metadata={
-        "help": "PivotRL: step-equivalence judge, difflib ratio >= 0.95 offline or the models.step_judge LLM"})
+    pivot_judge: Literal["difflib", "llm", "difflib+llm"] = field(default="difflib", metadata={
+        "help": "PivotRL: step-equivalence judge of an action against the reference step: difflib (ratio >= 0.95, "
+                "offline), llm (the models.step_judge LLM), or difflib+llm (a ratio >= 0.95 matches without a call, "
+                "the LLM judges the rest: the paper's \"mainly an LLM judge\" with SequenceMatcher at 0.95)"})
+    gpu_budget_hours: float = field(default=0.0, metadata={
+        "help": "stop cleanly before a step once the training stage's recorded GPU time reaches this many GPU "
+                "hours (device_time.jsonl); 0 = no cap (paper: PivotRL ~300 A100 hours)"})
     engine: Literal["embedded", "scale"] = field(default="embedded", metadata={
         "help": "embedded: the policy's generator and a torch learner in this process; scale: Ray rollout workers "
                 "and a DeepSpeed ZeRO learner, weights handed to the workers after each step (settings: scale)"})
@@ -94,9 +131,25 @@ class TrainingParams:
     select_top: int = field(default=5, metadata={"help": "checkpoint selection: top N by smoothed training reward (paper: 5)"})
     smoothing: int = field(default=10, metadata={"help": "checkpoint selection: moving-average window of the training reward"})
     validation_tasks: str = field(default="", metadata={
-        "help": "checkpoint selection: task dirs (comma-separated) the top checkpoints are scored on; empty: "
-                "select by smoothed training reward alone"})
+        "help": "checkpoint selection: task dirs (comma-separated), or a directory of tasks, the top checkpoints "
+                "are scored on (paper: TB-Lite); empty: select by smoothed training reward alone"})
+    validation_ids: list[str] = field(default_factory=list, metadata={
+        "help": "checkpoint selection: the ids of the validation tasks to use from validation_tasks (TB-Lite-style "
+                "task names); empty = every task found there"})
     validation_seeds: int = field(default=1, metadata={"help": "checkpoint selection: episodes per validation task"})
     workers: int = field(default=16, metadata={"help": "rollouts played at once (the embedded engine decodes them as one batch)"})
     seed: int = field(default=0, metadata={"help": "seed of prefix sampling and rollout seeds"})
     budget_usd: float = field(default=0.0, metadata={"help": "stop cleanly once the stage's LLM spend reaches this; 0 = no cap"})
+
+
+def training_llm_config(params):
+    """The LLM roles as the training stages call them (training and PivotRL's step profiling): the
+    policy samples at `training.temperature`, under the stages' LLM budgets."""
+    import copy
+
+    from mirl.runner.stage import stage_budgets
+
+    cfg = copy.deepcopy(params.models)
+    cfg.policy.temperature = params.training.temperature
+    cfg.stage_budget_usd = stage_budgets(params)
+    return cfg

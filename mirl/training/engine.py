@@ -1,7 +1,7 @@
 """The Trainer seam: one object that samples (token ids in, ids and logprobs out), learns from a batch,
 and hands its new weights to its sampler.
 
-    generate_tokens(prompt_ids, sample_indices, **sampling) -> TokenGeneration   (mirl.llm.generator)
+    generate_tokens(prompt_ids, sample_indices, **sampling) -> TokenGeneration   (mirl.engines.generator)
     train_step(examples, advantages) -> step stats                              (mirl.training.learner)
     update_weights() -> seconds it took: the sampler now samples from the learner's weights
     save(directory) / load(directory): a checkpoint (Hugging Face weights + optimizer state)

@@ -20,7 +20,7 @@ TMAX_DEAD_SHARE = 0.325
 def estimate(params: Params, dead_share: float | None = None) -> dict[str, Any]:
     t, models = params.training, params.models
     d = TMAX_DEAD_SHARE if dead_share is None else float(dead_share)
-    group = t.pivot_samples if t.start == "pivot" else t.group_size
+    group = t.group_size
     rollouts = t.steps * t.batch_size * group / (1 - min(d, 0.99))
     rollouts = min(rollouts, t.steps * t.max_tries * group)  # the cap on tries bounds it
     reply = models.policy.max_tokens or 0

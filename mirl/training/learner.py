@@ -20,7 +20,7 @@ decoder layer goes through `torch.compile` (one compiled graph serves every laye
 pointwise work between the matrix products: at 8k tokens that took the Qwen3-1.7B step from 41% to
 62% of the matmul ceiling (benchmarks/gpu/NOTES.md).
 The learner's log-probability of a sampled token is `log_softmax(logits / T)` in float32 at the
-sampling temperature T, exactly what the sampler stored (`mirl.llm.generator`), so at identical
+sampling temperature T, exactly what the sampler stored (`mirl.engines.generator`), so at identical
 weights the two agree up to kernel rounding; the step stats report that mismatch.
 """
 
@@ -216,6 +216,7 @@ class LearnerConfig:
     lr: float = 1e-6
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8  # torch's default; the ZeRO parity check raises it so a step grows with |g|
     max_grad_norm: float = 1.0
     loss: str = "dppo"  # "dppo" | "clipped"
     delta: float = 0.15
@@ -267,7 +268,7 @@ class Learner:
         # on a GPU the fused kernel: one pass over params, grads and moments instead of a loop of ops
         fused = {"fused": True} if self.device.type == "cuda" else {}
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr, betas=c.betas, weight_decay=c.weight_decay,
-                                           **fused)
+                                           eps=c.adam_eps, **fused)
         self.steps = 0
 
     def _autocast(self):
@@ -350,7 +351,7 @@ class Learner:
         optimizer state for resuming."""
         from pathlib import Path
 
-        from mirl.llm.embedded import save_pretrained
+        from mirl.engines.weights import save_pretrained
 
         d = Path(directory)
         save_pretrained(self.model, tokenizer, d)
@@ -360,10 +361,10 @@ class Learner:
         """Weights and optimizer state from a checkpoint written by `save`."""
         from pathlib import Path
 
-        from mirl.llm.embedded import _load_state
+        from mirl.engines.weights import load_state
 
         d = Path(directory)
-        state = _load_state(d)
+        state = load_state(d)
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected:
             raise KeyError(f"{d}: weights not in the policy: {sorted(unexpected)[:5]}")

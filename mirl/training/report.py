@@ -20,6 +20,7 @@ PANELS = [
 def curves(metrics: pd.DataFrame | list[dict[str, Any]], title: str = ""):
     """One figure with a panel per group of metrics, against the training step."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     df = metrics if isinstance(metrics, pd.DataFrame) else pd.DataFrame(metrics)
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.2), squeeze=False)
@@ -30,12 +31,25 @@ def curves(metrics: pd.DataFrame | list[dict[str, Any]], title: str = ""):
         ax.set_title(name)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.4g}"))  # each tick its value, no offset
         if ax.lines:
             ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, _missing(df, name), ha="center", va="center", fontsize=8, transform=ax.transAxes, wrap=True)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def _missing(df: pd.DataFrame, panel: str) -> str:
+    """Why a panel has no curve: no step yet, or (learner panels) no step made an update."""
+    if df.empty:
+        return "no training step yet"
+    if panel in ("learner", "mismatch") and "groups_live" in df and not (df["groups_live"] > 0).any():
+        return f"no update in {len(df)} step(s):\nevery group was dead\n(all its rewards equal)"
+    return "not measured in these steps"
 
 
 def table(metrics: pd.DataFrame) -> pd.DataFrame:

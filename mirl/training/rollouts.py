@@ -109,10 +109,19 @@ class GroupPlayer:
         return traj.steps[: prefix.steps]
 
     def snapshot_of(self, prefix: Prefix) -> str | None:
+        """The prefix's kept snapshot when this sandbox can start from it; None: re-run its commands.
+        With restore "auto", a snapshot of another backend (the prefixes checked on bwrap, the run
+        continued on a machine with only `local`) falls back to the rerun."""
         handle = prefix.restore.get("snapshot") if prefix.kept("snapshot") else None
-        if self.restore == "rerun" or not isinstance(handle, str):
+        made_by = prefix.restore.get("snapshot_backend")
+        name = getattr(self.sandbox, "name", None)
+        usable = isinstance(handle, str) and callable(getattr(self.sandbox, "drop_snapshot", None)) and (
+            made_by is None or made_by == name)
+        if self.restore == "rerun" or not usable:
             if self.restore == "snapshot":
-                raise ValueError(f"prefix {prefix.id} has no kept snapshot (restore: snapshot was asked)")
+                why = "has no kept snapshot" if not isinstance(handle, str) else \
+                    f"has a snapshot of the {made_by or 'other'} backend, which the {name} sandbox cannot start from"
+                raise ValueError(f"prefix {prefix.id} {why} (restore: snapshot was asked)")
             return None
         return handle
 
@@ -208,8 +217,11 @@ class PivotPlayer:
             text = self.generator.tokenizer.decode(action.completion_ids, skip_special_tokens=True)
             step = Step(reasoning="", command=None, raw=text, tokens="sampled", completion_ids=list(action.completion_ids),
                         logprobs=list(action.logprobs), observation_ids=[])
+            usage = {"calls": 1, "input_tokens": len(action.prompt_ids), "cached_input_tokens": 0,
+                     "output_tokens": len(action.completion_ids)}  # one call per action, as the cost report counts
             traj = Trajectory(task=pv.task, seed=pv.seed, models={}, steps=[step], prompt_ids=list(action.prompt_ids),
-                              exit_reason="pivot", meta={"pivot": pv.id, "reference": ref.steps[pv.step].command})
+                              exit_reason="pivot", meta={"pivot": pv.id, "reference": ref.steps[pv.step].command,
+                                                         "usage": usage})
             reward = Reward(r_o=bool(r), r_e=True, reward=float(r), valid=ok, judge_source="step_judge",
                             why_invalid="" if ok else "the step judge failed")
             rollouts.append(Rollout(start=start.id, sample=i, seed=sampling["seed"], trajectory=traj, reward=reward,
@@ -217,7 +229,3 @@ class PivotPlayer:
         return Group(prefix_id=start.id, rewards=g.rewards, valid=g.valid, rollouts=tuple(rollouts))
 
 
-def pivot_starts(trajectories: Sequence[Trajectory]) -> list[Start]:
-    from mirl.training.pivot import pivot_candidates
-
-    return [Start(env=p.task, pivot=p) for p in pivot_candidates(trajectories)]

@@ -1,7 +1,9 @@
 """Checkpoint selection as the paper does it: the top N checkpoints by smoothed training reward
 (`mirl.training.checkpoints.top_by_reward`), then the best of them on a validation task set.
 
-Each candidate plays `validation_seeds` episodes of every validation task from step 0 (through the
+The validation tasks are `validation_tasks` (task dirs, or a directory of them: the paper uses TB-Lite),
+restricted to `validation_ids` when given. Each candidate plays `validation_seeds` episodes of every
+validation task from step 0 (through the
 rollout runner, so a killed validation resumes), served as `local/<checkpoint dir>`; its score is the
 mean verifier reward over the episodes that did not fail for infrastructure reasons. The best score
 wins (ties: the higher smoothed training reward). Written into `selection.json`.
@@ -20,17 +22,28 @@ if TYPE_CHECKING:
     from mirl.params import Params
 
 
+def validation_pool(tasks: str, ids: list[str]) -> list[str]:
+    """The validation task dirs: every task under `tasks` (comma-separated dirs, or a directory of
+    tasks), only those with an id in `ids` when given (an id found nowhere there is an error naming it)."""
+    from mirl.agent.rollout import RolloutConfig, load_tasks
+
+    where = [x.strip() for x in tasks.split(",") if x.strip()]
+    if not where:
+        return []
+    return sorted(str(t.path) for t in load_tasks(RolloutConfig(tasks=where, task_ids=list(ids))))
+
+
 def validate(params: Params, training_dir: Path, sandbox=None, progress: bool = False) -> dict[str, Any]:
     """Score the candidates of `training_dir/selection.json` on `training.validation_tasks`; returns the
     updated selection (also written back)."""
     from mirl.agent.rollout import RolloutConfig, run_rollouts
-    from mirl.llm import embedded
-    from mirl.training.checkpoints import checkpoint_dir
+    from mirl.engines import registry
+    from mirl.runner.inputs import checkpoint_dir
 
     t = params.training
     path = Path(training_dir) / "selection.json"
     selection = json.loads(path.read_text())
-    pool = [x.strip() for x in t.validation_tasks.split(",") if x.strip()]
+    pool = validation_pool(t.validation_tasks, t.validation_ids)
     if not pool or not selection.get("top"):
         return selection
     scores = []
@@ -44,7 +57,7 @@ def validate(params: Params, training_dir: Path, sandbox=None, progress: bool = 
         try:
             result = run_rollouts(config, sandbox=sandbox)
         finally:
-            embedded.forget(str(ckpt))  # one candidate's weights in memory at a time
+            registry.forget(str(ckpt))  # one candidate's weights in memory at a time
         from mirl.jsonl import read_jsonl
 
         rows, _ = read_jsonl(result.path)

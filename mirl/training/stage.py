@@ -21,17 +21,17 @@ from there. Different params are refused (`mirl.runner.fingerprint`).
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mirl.cost.devices import record_device_time
 from mirl.jsonl import JsonlWriter, read_jsonl
 from mirl.llm.errors import BudgetExceeded
+from mirl.runner.devices import record_device_time
 from mirl.runner.fingerprint import check_or_store
+from mirl.runner.inputs import TRAIN, load_prefixes, profiled_trajectories, task_pool, taxonomy_store
 from mirl.runner.layout import atomic_write_json, atomic_write_jsonl
 from mirl.runner.progress import PROGRESS, Progress
 from mirl.runner.stage import Stage, StageError, check_inputs, ledger_summary
@@ -64,7 +64,9 @@ class TrainingStage(Stage):
     @property
     def reads(self) -> tuple[str, ...]:  # type: ignore[override]
         t = self.params.training
-        return ("profiling",) if t.start in ("random", "pivot") else ("profiling", "taxonomy", "prefixes")
+        if t.start == "pivot":
+            return ("profiling", "step_profiling")
+        return ("profiling",) if t.start == "random" else ("profiling", "taxonomy", "prefixes")
 
     def validate(self) -> None:
         t = self.params.training
@@ -77,10 +79,13 @@ class TrainingStage(Stage):
                      "micro_batch_tokens", "workers"):
             if getattr(t, name) < 1:
                 problems.append(f"{name} must be at least 1, got {getattr(t, name)}")
+        for name in ("environments", "gpu_budget_hours"):
+            if getattr(t, name) < 0:
+                problems.append(f"{name} must be 0 (none) or more, got {getattr(t, name)}")
         if t.max_tries < t.batch_size:
             problems.append(f"max_tries ({t.max_tries}) must be at least batch_size ({t.batch_size})")
-        if (t.pivot_samples if t.start == "pivot" else t.group_size) < 2:
-            problems.append("group_size (pivot_samples for start pivot) must be at least 2: a group of one has no advantage")
+        if t.group_size < 2:
+            problems.append("group_size must be at least 2: a group of one has no advantage")
         if t.engine == "scale":
             s = t.scale
             if s.zero_stage not in (2, 3):
@@ -96,20 +101,17 @@ class TrainingStage(Stage):
     # --- what the run depends on ---------------------------------------------------------------
 
     def llm_config(self):
-        from mirl.runner.stage import stage_budgets
+        from mirl.training.config import training_llm_config
 
-        cfg = copy.deepcopy(self.params.models)
-        cfg.policy.temperature = self.params.training.temperature
-        cfg.stage_budget_usd = stage_budgets(self.params)
-        return cfg
+        return training_llm_config(self.params)
 
     def fingerprint(self) -> dict[str, Any]:
         from mirl.agent.rollout import role_fingerprint, sandbox_fingerprint
 
         t = asdict(self.params.training)
         # what only extends a run (more steps), its speed or its bookkeeping stays out
-        for k in ("steps", "workers", "budget_usd", "keep_checkpoints", "select_top", "smoothing", "device",
-                  "validation_tasks", "validation_seeds", "engine", "scale"):
+        for k in ("steps", "workers", "budget_usd", "gpu_budget_hours", "keep_checkpoints", "select_top", "smoothing",
+                  "device", "validation_tasks", "validation_ids", "validation_seeds", "engine", "scale"):
             t.pop(k)
         llm = self.llm_config()
         roles = {"policy": role_fingerprint(llm, "policy")}
@@ -129,37 +131,41 @@ class TrainingStage(Stage):
 
     def tasks(self) -> dict[str, Any]:
         if self._tasks is None:
-            from mirl.profiling.stage import task_pool
-
             self._tasks = task_pool(self.run, self.params.training.tasks or self.params.profiling.tasks,
                                     prefer_stored=not self.params.training.tasks)
         return {t.id: t for t in self._tasks}
 
     def trajectories(self):
-
-        from mirl.records.trajectory import load_trajectories
-
-        return {t.key: t for t in load_trajectories(self.run.file("profiling", "trajectories.jsonl"))}
+        return profiled_trajectories(self.run)
 
     def misbehaviors(self):
-        from mirl.records.taxonomy import TaxonomyStore
-
-        store = TaxonomyStore(self.run.stage_dir("taxonomy"))
+        store = taxonomy_store(self.run)
         version = self.params.prefixes.taxonomy_version or store.latest()
         return {t.name: t for t in store.load(version).types}
 
     def starts(self, misbehaviors) -> tuple[list[Start], dict[str, int]]:
-        """The pool of starts and what was left out of it (and why)."""
-        from mirl.prefixes.stage import TRAIN, load_prefixes
+        """The pool of starts and what was left out of it (and why), in the environments drawn
+        (`training.environments`; the draw is written to training/environments.json)."""
         from mirl.roles.behavior_judge import rule_detector_of
+        from mirl.training import environments
 
         t = self.params.training
+        if t.start in ("random", "pivot"):
+            pool, source = environments.pool(list(self.tasks()), [k[0] for k in self.trajectories()], bool(t.tasks))
+            drawn = environments.record(self.out, pool, t.environments, t.environments_seed, source)
         if t.start == "random":
-            return env_starts(list(self.tasks())), {}
+            return env_starts(drawn["environments"]), {}
         if t.start == "pivot":
-            from mirl.training.rollouts import pivot_starts
+            from mirl.training.pivot import Pivot
+            from mirl.training.step_profiling import load_pivots
 
-            return pivot_starts(list(self.trajectories().values())), {}
+            keep = set(drawn["environments"])
+            pivots = [Start(env=r["task"], pivot=Pivot(r["task"], int(r["seed"]), int(r["step"])))
+                      for r in load_pivots(self.run.root) if r["task"] in keep]
+            if not pivots:
+                raise StageError("step profiling kept no pivot (no candidate's actions got different rewards): "
+                                 "PivotRL has nothing to train on")
+            return pivots, {}
         prefixes = load_prefixes(self.run.root, TRAIN)
         tasks = self.tasks()
         skipped: dict[str, int] = {}
@@ -168,6 +174,8 @@ class TrainingStage(Stage):
             why = None
             if p.env not in tasks:
                 why = "environment not in the task pool"
+            elif t.start == "prefix" and p.steps >= t.max_steps:  # the rollout would be the prefix alone: all dead
+                why = "its prefix fills training.max_steps (no step left to the policy)"
             elif t.reward == "mirl" and p.misbehavior not in misbehaviors:
                 why = "misbehavior not in the taxonomy"
             elif t.reward == "mirl" and t.judge == "rules" and rule_detector_of(misbehaviors[p.misbehavior]) is None:
@@ -177,6 +185,11 @@ class TrainingStage(Stage):
             return why is None
 
         pool = prefix_starts(prefixes, keep)
+        drawn = set(environments.record(self.out, [s.env for s in pool], t.environments, t.environments_seed,
+                                        "the kept prefixes' environments")["environments"])
+        if len(drawn) < len({s.env for s in pool}):
+            skipped["environment not drawn (training.environments)"] = sum(s.env not in drawn for s in pool)
+            pool = [s for s in pool if s.env in drawn]
         if t.start == "env":
             return env_starts([s.env for s in pool]), skipped
         return pool, skipped
@@ -186,11 +199,11 @@ class TrainingStage(Stage):
 
         t = self.params.training
         if t.start == "pivot":
-            from mirl.roles.step_judge import DifflibStepJudge, LLMStepJudge
             from mirl.training.rollouts import PivotPlayer
+            from mirl.training.step_profiling import step_judge
 
-            judge = LLMStepJudge(client) if t.pivot_judge == "llm" else DifflibStepJudge()
-            return PivotPlayer(self.trajectories(), client.generator("policy"), judge, workers=t.workers)
+            return PivotPlayer(self.trajectories(), client.generator("policy"), step_judge(client, t.pivot_judge),
+                               workers=t.workers)
         rubric_reward = self.rubric_reward(client, envs or []) if t.reward == "rubric" else None
         judges = None
         if t.reward == "mirl":
@@ -260,6 +273,13 @@ def make_engine(generator: Any, t) -> Any:
     return EmbeddedEngine(generator, config, device=t.device)
 
 
+def engine_time(engine: Any) -> dict[str, float]:
+    """The policy engine's own time so far (its decode and prefill passes, wall time of the thread that
+    runs the model) where it counts it: `engine_decode_s`, `engine_prefill_s`."""
+    stats = getattr(getattr(engine, "generator", None), "stats", None) or {}
+    return {f"engine_{k}": float(stats[k]) for k in ("decode_s", "prefill_s") if k in stats}
+
+
 # --- resume -------------------------------------------------------------------------------------
 
 
@@ -306,7 +326,7 @@ def collect(player: GroupPlayer, starts: Starts, draws: int, t) -> tuple[list[Gr
         k = min(t.batch_size - len(live), t.max_tries - len(tried))
         wave = [(draws + i, starts[draws + i]) for i in range(k)]
         draws += k
-        groups = player.play_many(wave, t.pivot_samples if t.start == "pivot" else t.group_size, t.seed)
+        groups = player.play_many(wave, t.group_size, t.seed)
         for (d, _), g in zip(wave, groups):
             tried.append((d, g))
             if not is_dead(g):
@@ -342,6 +362,10 @@ def step_metrics(step: int, live: list[Group], tried: list[tuple[int, Group]], l
         return round(sum(f(r) for r in rs) / len(rs), 4) if rs else None
 
     traj_steps = [len(r.trajectory.steps) - r.trajectory.prefix_len for r in all_rollouts]
+    # where the episodes' time went, summed over episodes (they run concurrently: these add up to
+    # more than the step's wall time)
+    spent = {f"episodes_{k}": round(sum(float((r.trajectory.timings or {}).get(k, 0.0)) for r in all_rollouts), 4)
+             for k in ("model_s", "sandbox_s", "restore_s", "verify_s")}
     policy_out = sum(r.trajectory.meta.get("usage", {}).get("output_tokens", 0) for r in all_rollouts)
     policy_in = sum(r.trajectory.meta.get("usage", {}).get("input_tokens", 0) for r in all_rollouts)
     row = {"step": step, "reward": rate(valid, lambda r: r.reward.reward),
@@ -352,7 +376,7 @@ def step_metrics(step: int, live: list[Group], tried: list[tuple[int, Group]], l
            "rollouts": len(all_rollouts), "invalid": len(all_rollouts) - len(valid),
            "policy_steps_mean": round(sum(traj_steps) / len(traj_steps), 3) if traj_steps else None,
            "policy_input_tokens": policy_in, "policy_output_tokens": policy_out,
-           "judge_usd": round(judge_usd, 6), **{k: round(v, 4) for k, v in seconds.items()}}
+           "judge_usd": round(judge_usd, 6), **{k: round(v, 4) for k, v in seconds.items()}, **spent}
     for k, v in learn.items():
         row[k] = round(v, 6) if isinstance(v, float) else v
     return row
@@ -372,6 +396,21 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
     stage = TrainingStage(params, run_dir, sandbox=sandbox, tasks=tasks)
     run, t = stage.run, params.training
     t0 = time.time()
+    if t.validation_tasks:  # a missing validation set fails now, not after the last step
+        from mirl.agent.rollout import RolloutError
+        from mirl.training.selection import validation_pool
+
+        try:
+            validation_pool(t.validation_tasks, t.validation_ids)
+        except RolloutError as e:
+            raise StageError(f"training.validation_tasks: {e}") from None
+    if t.start == "pivot":  # PivotRL's preprocessing: which reference steps are pivots (resumable, its own stage)
+        from mirl.training.step_profiling import run_step_profiling
+
+        profiled = run_step_profiling(params, run_dir, tasks=tasks, force=force, progress=progress)
+        if not profiled["complete"]:
+            raise StageError(f"step profiling stopped before every candidate was sampled ({profiled.get('stopped')}); "
+                             "run again to finish it before PivotRL trains")
     if force:
         run.clear_stage(stage.dir_name, [METRICS, *stage.derived])
     stage.out.mkdir(parents=True, exist_ok=True)
@@ -386,14 +425,20 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
     pool, skipped = stage.starts(misbehaviors)
     if skipped:
         log.warning("training: %s", "; ".join(f"{n} start(s) left out: {why}" for why, n in skipped.items()))
+    if not pool:
+        raise StageError("training: no start left to train from" + (" (" + "; ".join(
+            f"{n} left out: {why}" for why, n in skipped.items()) + ")" if skipped else " (no kept prefixes or environments)"))
     starts = Starts(pool, t.seed)
     client = LLMClient(stage.llm_config(), run_dir=run.root, stage=STAGE)
     engine = make_engine(policy_engine(client), t)
     done, draws = resume_point(stage, engine)
     if t.engine == "scale":
+        import functools
+
         from mirl.training.scale.engine import rollout_pool
 
-        player = engine.pool = rollout_pool(params, str(run.root), misbehaviors, [s.env for s in pool], tasks)
+        make = functools.partial(worker_player, params, str(run.root), misbehaviors, [s.env for s in pool], tasks)
+        player = engine.pool = rollout_pool(make, t.scale)
     else:
         player = stage.player(client, misbehaviors, envs=[s.env for s in pool])
     ledger = open_ledger(run.root)
@@ -406,14 +451,23 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
                 if t.budget_usd > 0 and ledger.spent(STAGE) >= t.budget_usd:
                     stopped = f"budget: stage training spent ${ledger.spent(STAGE):.4f} of ${t.budget_usd:.4f}"
                     break
+                gpu = gpu_hours(run.root, STAGE)
+                if t.gpu_budget_hours > 0 and gpu >= t.gpu_budget_hours:
+                    stopped = f"GPU budget: stage training used {gpu:.2f} of {t.gpu_budget_hours:g} GPU hours"
+                    last = ckpt.latest(stage.checkpoints)
+                    if step > 1 and (last is None or last[0] < step - 1):  # the budget ends the run: keep its last step
+                        save_checkpoint(stage, engine, step - 1, draws, digest)
+                    break
                 spent0 = ledger.spent(STAGE)
                 ts = time.perf_counter()
+                busy0 = engine_time(engine)
                 try:
                     live, tried, draws = collect(player, starts, draws, t)
                 except BudgetExceeded as e:
                     stopped = f"BudgetExceeded: {e}"
                     break
                 seconds = {"collect_s": time.perf_counter() - ts}
+                seconds.update({k: v - busy0[k] for k, v in engine_time(engine).items()})
                 rs = [r for _, g in tried for r in g.rollouts]
                 seconds["rollout_s"] = sum(r.seconds["rollout_s"] for r in rs)
                 seconds["reward_s"] = sum(r.seconds["reward_s"] for r in rs)
@@ -443,7 +497,15 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
         bar.close()
         if hasattr(player, "shutdown"):
             player.shutdown()
-    return finalize(stage, digest, stopped, skipped, len(pool), time.time() - t0)
+    return finalize(stage, digest, stopped, skipped, pool, time.time() - t0)
+
+
+def gpu_hours(run_dir: str | Path, stage: str) -> float:
+    """GPU hours a stage recorded in the run's device ledger (`mirl.runner.devices`; CPU time not counted)."""
+    from mirl.runner.devices import is_gpu, read_device_time
+
+    return sum(float(d.get("seconds", 0)) * int(d.get("count", 1) or 1) for d in read_device_time(run_dir)
+               if d.get("stage") == stage and is_gpu(str(d.get("device", "")))) / 3600
 
 
 def save_checkpoint(stage: TrainingStage, engine: EmbeddedEngine, step: int, draws: int, digest: str) -> Path:
@@ -454,7 +516,7 @@ def save_checkpoint(stage: TrainingStage, engine: EmbeddedEngine, step: int, dra
     return path
 
 
-def finalize(stage: TrainingStage, digest: str, stopped: str | None, skipped: dict[str, int], starts: int,
+def finalize(stage: TrainingStage, digest: str, stopped: str | None, skipped: dict[str, int], starts: list[Start],
              elapsed: float) -> dict[str, Any]:
     t = stage.params.training
     rows, _ = read_jsonl(stage.out / METRICS)
@@ -473,7 +535,8 @@ def finalize(stage: TrainingStage, digest: str, stopped: str | None, skipped: di
     done = max((int(r["step"]) for r in rows), default=0)
     summary = {"stage": STAGE, "run": stage.run.name, "digest": digest, "recipe": t.recipe, "steps": t.steps,
                "done": done, "complete": done >= t.steps and stopped is None, "stopped": stopped,
-               "starts": starts, "starts_left_out": skipped, "checkpoints": saved,
+               "starts": len(starts), "environments": len({s.env for s in starts}), "starts_left_out": skipped,
+               "checkpoints": saved,
                "selected": selection["selected"],
                "rollouts": sum(int(r.get("rollouts", 0)) for r in rows),
                "mean_dead_share": round(sum(r["dead_share"] or 0 for r in rows) / len(rows), 4) if rows else None,
@@ -490,3 +553,13 @@ def load_metrics(run_dir: str | Path):
 
     rows, _ = read_jsonl(RunDir(run_dir).file(STAGE, METRICS))
     return pd.DataFrame(rows)
+
+
+def worker_player(params: Any, run_dir: str, misbehaviors: dict, envs: list[str], tasks: dict | None = None):
+    """The rollout player of a Ray actor, made in the actor from the run's params: its own LLM client
+    (the ledger is the run's), sandbox, task pool and judges."""
+    from mirl.llm.client import LLMClient
+
+    stage = TrainingStage(params, run_dir, tasks=tasks)
+    client = LLMClient(stage.llm_config(), run_dir=stage.run.root, stage=STAGE)
+    return stage.player(client, misbehaviors, envs=envs)

@@ -91,6 +91,23 @@ def test_token_limit_uses_reported_prompt_tokens(task):
     assert len(model.calls) == len(t.steps)
 
 
+def test_response_limit_counts_from_the_first_prompt(task):
+    """The paper's 65,536-token response cap: tokens after the first prompt (replies and tool outputs),
+    not the whole context; with a context cap far away, the response cap ends the episode."""
+    def big(c):  # ~1000 tokens per observation at the default 4 characters a token
+        return CommandResult("x" * 4000 + "\n", 0, 0.0)
+
+    config = AgentConfig(max_context_tokens=10**6, max_response_tokens=2500)
+    t = run_episode(task, FakeSandbox(respond=big), Scripted([bash("cat big")]), config)
+    assert t.exit_reason == "token_limit"
+    first = _prompt_chars(task, [])
+    assert _prompt_chars(task, t.steps) - first >= 2500 * 4 > _prompt_chars(task, t.steps[:-1]) - first
+    assert t.meta["response_tokens_estimate"] == (_prompt_chars(task, t.steps) - first) // 4
+    unlimited = run_episode(task, FakeSandbox(respond=big), Scripted([bash("cat big")]),
+                            AgentConfig(max_context_tokens=10**6, max_steps=5))
+    assert unlimited.exit_reason == "step_limit"
+
+
 def test_model_error_is_recorded_not_raised(task):
     class Broken:
         name = "broken"

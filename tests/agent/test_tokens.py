@@ -10,15 +10,15 @@ from agent_doubles import SUBMIT, FakeSandbox, Scripted, bash
 from mirl.agent import AgentConfig, run_episode
 from mirl.agent.messages import assistant_text, build_messages
 from mirl.agent.tokens import ChatGlue, training_sequence, turn_prompts
-from mirl.llm import embedded
-from mirl.llm.generator import teacher_forced_logprobs
+from mirl.engines import embedded, registry
+from mirl.engines.generator import teacher_forced_logprobs
 from mirl.records import Step
 from mirl.records.trajectory import Trajectory
 
 
 @pytest.fixture(scope="module")
 def lm(tmp_path_factory):
-    from tests.llm.test_vllm_engine import tiny_checkpoint
+    from tests.engines.tiny import tiny_checkpoint
 
     ckpt = tiny_checkpoint(tmp_path_factory.mktemp("tiny-tokens"))
     return embedded.EmbeddedLM(ckpt, device="cpu", prefill_chunk=16, prefill_bf16=False)
@@ -131,13 +131,14 @@ def test_episode_stores_ids_that_rebuild_every_prompt(lm, glue, task, monkeypatc
     assert [lp for lp, m in zip(logprobs, mask) if m] == [lp for s in traj.steps for lp in s.logprobs]
 
 
-def test_text_path_steps_say_they_have_no_ids(lm, task):
+def test_text_path_steps_say_they_have_no_ids(lm, task, make_client):
     traj = run_episode(task, FakeSandbox(), Scripted([bash("ls"), SUBMIT]))
     assert traj.prompt_ids is None and [s.tokens for s in traj.steps] == ["none", "none"]
     assert all(s.completion_ids is None and s.logprobs is None for s in traj.steps)
     with pytest.raises(ValueError, match="no token ids"):
         turn_prompts(traj)
-    off = run_episode(task, FakeSandbox(), lm, AgentConfig(max_steps=1, max_output_tokens=4, token_ids=False))
+    policy = make_client({"policy": registry.serve("tiny-tokens-text", lm)}).model("policy")
+    off = run_episode(task, FakeSandbox(), policy, AgentConfig(max_steps=1, max_output_tokens=4, token_ids=False))
     assert off.prompt_ids is None and off.steps[0].tokens == "none"
     taught = run_episode(task, FakeSandbox(), Scripted([bash("ls"), SUBMIT]), hook=TeacherAtStep(0))
     assert taught.steps[0].source == "teacher" and taught.steps[0].tokens == "none"

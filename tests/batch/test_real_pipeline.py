@@ -16,7 +16,7 @@ from mirl.batch import BatchSpec, run_batch
 from tests.real import missing
 
 REPO = Path(__file__).resolve().parents[2]
-FIGURES = ("profiling_overview", "taxonomy_figure4", "prefix_funnel", "prefix_funnel_paper")
+FIGURES = ("profiling_overview", "taxonomy_figure4", "taxonomy_figure4_paper", "prefix_funnel", "prefix_funnel_paper")
 NOTEBOOKS = ("01_profiling", "02_taxonomy_review", "03_prefix_filtering")
 
 
@@ -38,7 +38,7 @@ class Links(HTMLParser):
 @pytest.mark.timeout(1500)
 def test_notebooks_01_to_03_tiny(tmp_path, mirl_kernel):
     from mirl.sandbox import bwrap_backend
-    from tests.llm.smollm2 import require_smollm2
+    from tests.engines.smollm2 import require_smollm2
 
     require_smollm2()
     if not bwrap_backend.available():

@@ -16,9 +16,10 @@ from mirl.cost.resources import resources
 from mirl.cost.stage import run_cost
 from mirl.cost.totals import price, totals, up_to
 from mirl.params import make
+from mirl.runner.fingerprint import ParamsMismatch
 from tests.cost.fixtures import preprocessing_run, training_run
 
-PAPER = "params/cost/paper_reported.yaml"
+PAPER = "params/paper_reported.yaml"
 
 
 def test_paper_figure_9_shares_of_tmax():
@@ -87,4 +88,12 @@ def test_report_of_two_runs_each_cut_at_its_own_step(tmp_path):
     assert roles["mirl", "annotator"] == pytest.approx(annotator)
     assert summary["totals"]["mirl"]["total_usd"] == pytest.approx(policy + annotator + 0.70)
     with pytest.raises(ParamsError, match="cost.runs: no run 'nope'"):
-        run_cost(make(cost={"runs": ["nope"]}), runs / "mirl")
+        run_cost(make(cost={"runs": ["nope"]}), runs / "pre")
+    assert not (runs / "pre" / "cost" / "summary.json").exists()
+    # on the common runner: its params are stored, other params are refused without --force, and
+    # neither refusal changed the stored report
+    stored = json.loads((runs / "mirl" / "cost" / "summary.json").read_text())
+    assert stored["complete"] and stored["totals"] == summary["totals"]
+    assert json.loads((runs / "mirl" / "cost" / "params.json").read_text())["params"]["cost"]["runs"] == ["mirl", "pre"]
+    with pytest.raises(ParamsMismatch, match="cost.reference"):
+        run_cost(make(cost={"runs": ["mirl", "pre"], "reference": "pre"}), runs / "mirl")

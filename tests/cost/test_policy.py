@@ -39,7 +39,7 @@ def test_paper_table_is_the_default_price_of_the_policy():
 def test_rollout_estimate_reproduces_tmax_4b():
     est = estimate_rollouts(200, 8, 32, 0.325)
     assert est == pytest.approx(200 * 8 * 32 / 0.675)
-    reported = read_reported("params/cost/paper_reported.yaml")["recipes"]["TMax-4B"]
+    reported = read_reported("params/paper_reported.yaml")["recipes"]["TMax-4B"]
     e = reported["estimate"]
     assert round(estimate_rollouts(int(e["steps"]), int(e["batch"]), int(e["group"]), e["dead_share"]), -2) \
         == reported["total"]["rollouts"] == 75_900

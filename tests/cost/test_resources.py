@@ -8,9 +8,9 @@ import json
 import pytest
 
 from mirl.cost.config import PAPER_PRICES, PAPER_RATES
-from mirl.cost.devices import record_device_time
 from mirl.cost.resources import resources
 from mirl.cost.totals import checkpoint_step, price, totals, up_to
+from mirl.runner.devices import record_device_time
 from tests.cost.fixtures import training_run
 
 QWEN4B = PAPER_PRICES["Qwen3.5-4B"]
@@ -121,3 +121,21 @@ def test_priced_totals_by_the_paper_rule_and_the_measured_cache(run):
     assert in_cny.loc["rl", "policy_usd"] == pytest.approx((1200 * 3.646 + 600 * 0.729 + 180 * 21.875) / 1e6 * 0.5)
     unpriced = price(t, None).set_index("phase")
     assert unpriced.loc["rl", "total_usd"] == pytest.approx(0.08)
+
+
+def test_device_hours_count_only_device_rows_inside_the_cut():
+    import pandas as pd
+
+    from mirl.cost.stage import CostReport
+
+    rows = pd.DataFrame([
+        {"run": "a", "stage": "training", "device": "H200", "source": "device", "device_s": 5400.0, "counted": True},
+        {"run": "a", "stage": "training", "device": "H200", "source": "device", "device_s": 1800.0, "counted": True},
+        {"run": "a", "stage": "training", "device": "H200", "source": "device", "device_s": 3600.0, "counted": False},
+        {"run": "a", "stage": "profiling", "device": "", "source": "ledger", "device_s": 0.0, "counted": True},
+    ])
+    rep = CostReport(resources=rows, totals=None, stages=None, roles=None, comparison=None, cuts={}, reference="",
+                     policy_price=None)
+    assert rep.device_hours().to_dict("records") == [
+        {"run": "a", "stage": "training", "device": "H200", "device_hours": 2.0}]
+    assert CostReport(rows[rows["source"] == "ledger"], *[None] * 4, {}, "", None).device_hours().empty

@@ -89,7 +89,7 @@ def test_empty_directory_and_no_arguments(tmp_path, capsys):
 
 
 def test_list(capsys):
-    from mirl.detectors.registry import get_detectors
+    from mirl.detectors.catalog import get_detectors
 
     assert main(["detect", "--list"]) == 0
     out = capsys.readouterr().out

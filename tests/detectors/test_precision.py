@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mirl.detectors.registry import get_detectors, run_detectors
+from mirl.detectors.catalog import get_detectors, run_detectors
 from mirl.sources import read_source
 
 DATA = Path(__file__).parent.parent / "data"

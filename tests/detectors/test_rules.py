@@ -3,7 +3,8 @@
 import pytest
 
 from mirl.detectors import rules
-from mirl.detectors.registry import DETECTORS, get_detectors, run_detectors
+from mirl.detectors.catalog import get_detectors, run_detectors
+from mirl.detectors.registry import DETECTORS
 from mirl.records.trajectory import Step, Trajectory
 
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"

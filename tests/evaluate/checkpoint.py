@@ -12,18 +12,18 @@ PERTURBED = "model.norm.weight"
 
 
 def smollm2():
-    from mirl.llm import embedded
+    from mirl.engines import registry, weights
 
     try:
-        return embedded.get("smollm2")
-    except embedded.EmbeddedModelMissing as e:
+        return registry.get("smollm2")
+    except weights.EmbeddedModelMissing as e:
         missing(f"the embedded SmolLM2 model: {e}", "bash scripts/setup.sh")
 
 
 def perturbed_checkpoint(directory: Path, scale: float = 1.25) -> Path:
     import torch
 
-    from mirl.llm.embedded import save_pretrained
+    from mirl.engines.weights import save_pretrained
 
     engine = smollm2()
     model = copy.deepcopy(engine.model)

@@ -185,3 +185,23 @@ def test_verify_runs_the_tests_after_each_continuation_and_keeps_the_reward(tmp_
     records = read_jsonl(other.file("misbehavior_rate", "continuations.jsonl"))[0]
     assert len(records) == 2 * 2 and all(r["reward"] == 0.25 for r in records)
     assert sum(getattr(s, "verified", False) for s in checked.sessions) == 4  # one test run per continuation
+
+
+def test_a_further_judge_takes_its_own_settings_over_the_behavior_judges(tmp_path):
+    """The paper's two judges: Gemini (models.behavior_judge, medium thinking) and Qwen3.8-27B served
+    elsewhere with low-effort thinking: `judge_models` gives the second its server and effort."""
+    from mirl.evaluate.rate_stage import MisbehaviorRateStage
+
+    qwen = "hosted_vllm/Qwen/Qwen3.8-27B"
+    p = make(models={"behavior_judge": {"model": "gemini/gemini-3.8-flash", "extra": {"reasoning_effort": "medium"}}},
+             misbehavior_rate={"judges": ["llm", qwen],
+                               "judge_models": {qwen: {"api_base": "http://judge:8001/v1", "extra": {"reasoning_effort": "low"}}}})
+    stage = MisbehaviorRateStage(p, tmp_path)
+    second, first = stage.judge_config(qwen).behavior_judge, stage.judge_config("gemini/gemini-3.8-flash").behavior_judge
+    assert (second.model, second.api_base, second.extra) == (qwen, "http://judge:8001/v1", {"reasoning_effort": "low"})
+    assert (first.api_base, first.extra) == ("", {"reasoning_effort": "medium"})
+    bad = make(misbehavior_rate={"judges": ["llm", qwen], "judge_models": {qwen: {"api_bsae": "x"}}})
+    with pytest.raises(StageError, match="api_bsae"):
+        MisbehaviorRateStage(bad, tmp_path).judge_config(qwen)
+    with pytest.raises(StageError, match="judge_models: other/judge is not one of the judges"):
+        MisbehaviorRateStage(make(misbehavior_rate={"judge_models": {"other/judge": {}}}), tmp_path)

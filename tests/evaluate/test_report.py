@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from mirl import plotstyle
 from mirl.evaluate import report
 
 
@@ -27,7 +28,7 @@ def test_figures_are_saved_as_png_and_pdf(tmp_path):
                           for p in ("a", "b") for k in (1, 2, 3)])
     for name, fig in (("rates", report.rate_figure(rates)), ("passk", report.passk_figure(passk)),
                       ("solves", report.solve_count_figure(per_task()))):
-        png, pdf = report.save(fig, tmp_path, name)
+        png, pdf = plotstyle.save(fig, tmp_path, name)
         assert png.stat().st_size > 5_000 and pdf.read_bytes().startswith(b"%PDF")
     table = report.rate_table(rates, {"a": "A"})
     assert table.loc["m1", ("A", "rules")] == "0.50 [0.30, 0.70] (n=4)"
@@ -40,3 +41,19 @@ def test_seed_curve_only_with_four_runs_or_more():
     assert set(curves["policy"]) == {"a"} and curves["k"].tolist() == [1, 2, 3, 4]
     # every run of a scores 1/2 (one task passes, the other fails): no spread between seeds
     assert curves["se"].iloc[1:].eq(0).all()
+
+
+def test_trained_policies_sit_at_the_environments_their_run_trained_on(tmp_path):
+    """Figure 11 for a run: a checkpoint policy's x is its training run's environment count."""
+    import json
+
+    from mirl.evaluate.report import environment_points
+
+    ckpt = tmp_path / "mirl-47" / "training" / "checkpoints" / "step-000010"
+    ckpt.mkdir(parents=True)
+    (tmp_path / "mirl-47" / "training" / "summary.json").write_text(json.dumps({"environments": 47}))
+    scores = pd.DataFrame([{"policy": "base", "model": "local/smollm2", "run_mean": 0.2, "run_se": 0.01},
+                           {"policy": "selected", "model": f"local/{ckpt}", "run_mean": 0.4, "run_se": 0.02}])
+    trained, others = environment_points(scores, {"selected": "MiRL"})
+    assert trained.to_dict("records") == [{"policy": "MiRL", "environments": 47, "mean": 0.4, "se": 0.02}]
+    assert others.to_dict("records") == [{"policy": "base", "mean": 0.2}]

@@ -27,8 +27,9 @@ def test_kappa_matches_scikit_learn(seed, labels):
 
 
 def test_kappa_degenerate_cases():
-    # both raters constant on the same label: p_o = p_e = 1, 0/0, defined as perfect agreement
-    assert cohens_kappa([False] * 5, [False] * 5) == 1.0
+    # both raters constant on the same label: p_o = p_e = 1, 0/0, undefined (as scikit-learn's)
+    assert math.isnan(cohens_kappa([False] * 5, [False] * 5))
+    assert math.isnan(cohens_kappa(["loop"] * 2, ["loop"] * 2))
     # constant on different labels: p_o = 0 and p_e = 0, the formula gives 0 with no special case
     assert cohens_kappa([True] * 3, [False] * 3) == 0.0
     # one rater constant, the other not: p_e = p_o, no agreement beyond chance
@@ -82,6 +83,8 @@ def test_a_continuation_is_keyed_by_policy_too():
     assert (row.n_items, row.agreement, row.kappa) == (2, 1.0, 1.0)
     per_policy = judge_agreement(data, by=("policy", "misbehavior"))
     assert list(per_policy.policy) == ["base", "rl"] and list(per_policy.n_items) == [1, 1]
+    # one item per policy: both judges constant on it, agreement 1 but kappa undefined
+    assert list(per_policy.agreement) == [1.0, 1.0] and per_policy.kappa.isna().all()
 
 
 def test_a_pair_with_every_shared_item_failed_has_no_kappa():

@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
-from mirl.evaluation.rates import misbehavior_rates
+from mirl.evaluation.rates import bootstrap_ci, bootstrap_means, misbehavior_rates
 
 
 def samples(policy, misbehavior, judge, by_prefix):
@@ -32,15 +33,71 @@ def test_rate_counts_and_clustered_se_of_a_hand_table():
 
 def test_bootstrap_resamples_whole_prefixes():
     # two prefixes, one always repeats, one never: a draw of prefixes is (P1,P1) -> 1, (P2,P2) -> 0 or
-    # mixed -> 1/2, each pure draw with chance 1/4, so the 95% interval is [0, 1]. Resampling the 8
-    # samples one by one would put only 2 * (1/2)^8 of the mass at 0 or 1, and give a narrower interval.
-    row = misbehavior_rates(samples("base", "loop", "j", {"P1": [True] * 4, "P2": [False] * 4})).iloc[0]
-    assert row.rate == 0.5
+    # mixed -> 6/8, each pure draw with chance 1/4, so the 95% interval is [0, 1]. Resampling the 8
+    # samples one by one would put only (6/8)^8 + (2/8)^8 of the mass at 0 or 1, and a narrower interval.
+    row = misbehavior_rates(samples("base", "loop", "j", {"P1": [True] * 6, "P2": [False] * 2})).iloc[0]
+    assert row.rate == 0.75
     assert (row.ci_low, row.ci_high) == (0.0, 1.0)
 
 
+# Four prefixes of unequal sizes: (repeats, samples).
+EXACT = {"A": (5, 6), "B": (0, 3), "C": (2, 9), "D": (1, 1)}
+
+
+def exact_bootstrap(table):
+    """Every one of the n^n equally likely ordered draws of n prefixes: {pooled share: probability}."""
+    import itertools
+    from fractions import Fraction
+
+    pmf: dict[Fraction, Fraction] = {}
+    n = len(table)
+    for draw in itertools.product(table.values(), repeat=n):
+        share = Fraction(sum(r for r, _ in draw), sum(m for _, m in draw))
+        pmf[share] = pmf.get(share, 0) + Fraction(1, n ** n)
+    return pmf
+
+
+def exact_values_and_clusters():
+    values, clusters = [], []
+    for p, (r, m) in EXACT.items():
+        values += [1.0] * r + [0.0] * (m - r)
+        clusters += [p] * m
+    return np.array(values), clusters
+
+
+def test_the_bootstrap_distribution_matches_every_resample_enumerated():
+    pmf = exact_bootstrap(EXACT)
+    n_boot = 40_000
+    means = bootstrap_means(*exact_values_and_clusters(), n_boot=n_boot, seed=0)
+    atoms = np.array([float(a) for a in pmf])
+    # every draw is one of the exact shares (pooled, of four prefixes), each as often as enumerated
+    nearest = np.abs(means[:, None] - atoms[None, :]).argmin(axis=1)
+    assert np.allclose(means, atoms[nearest])
+    freq = np.bincount(nearest, minlength=len(atoms)) / n_boot
+    prob = np.array([float(p) for p in pmf.values()])
+    assert np.all(np.abs(freq - prob) <= 5 * np.sqrt(prob * (1 - prob) / n_boot) + 1e-9)
+    mean = sum(a * p for a, p in pmf.items())
+    sd = math.sqrt(float(sum(p * (a - mean) ** 2 for a, p in pmf.items())))
+    assert means.mean() == pytest.approx(float(mean), abs=5 * sd / math.sqrt(n_boot))
+    assert means.std() == pytest.approx(sd, rel=0.03)
+
+
+@pytest.mark.parametrize("level", [0.5, 0.8, 0.95])
+def test_the_interval_is_the_exact_bootstraps_percentiles(level):
+    pmf = sorted(exact_bootstrap(EXACT).items())
+    low, high = bootstrap_ci(*exact_values_and_clusters(), n_boot=40_000, seed=1, level=level)
+    alpha, tol = (1 - level) / 2, 0.01
+
+    def below(x, strict):
+        return float(sum(p for a, p in pmf if (a < x - 1e-12 if strict else a <= x + 1e-12)))
+
+    # an endpoint is a quantile of the exact distribution, up to Monte-Carlo error in the mass
+    for x, q in ((low, alpha), (high, 1 - alpha)):
+        assert below(x, strict=True) <= q + tol and below(x, strict=False) >= q - tol, (level, x, q)
+
+
 def spread_table():
-    labels = {f"P{i}": [(i * 7 + j) % 5 < (i % 4) for j in range(16)] for i in range(12)}
+    labels = {f"P{i}": [(i * 7 + j) % 5 < (i % 4) for j in range(4 + 3 * (i % 5))] for i in range(12)}
     return samples("base", "loop", "j", labels)
 
 
@@ -112,12 +169,12 @@ def test_bad_input_is_named():
 
 
 def test_the_clustered_interval_is_wider_than_the_naive_one_on_correlated_samples():
-    """Samples of one prefix agree (all yes or all no): 8 prefixes x 16 samples carry the information of
+    """Samples of one prefix agree (all yes or all no): 8 prefixes of 8-16 samples carry the information of
     8, so the interval over prefixes must be wider than one that treats 128 samples as independent."""
     import random
 
     rng = random.Random(1)
-    by_prefix = {f"P{i}": [rng.random() < 0.5] * 16 for i in range(8)}
+    by_prefix = {f"P{i}": [rng.random() < 0.5] * (8 + 4 * (i % 3)) for i in range(8)}
     row = misbehavior_rates(samples("base", "loop", "j", by_prefix), n_boot=4000).iloc[0]
     p, n = row.rate, row.n_samples
     naive_half = 1.96 * math.sqrt(p * (1 - p) / n)

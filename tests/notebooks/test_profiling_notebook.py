@@ -63,6 +63,14 @@ def test_notebook_with_llm_roles(tmp_path, monkeypatch):
     assert summary["exit_reasons"] == {"submitted": 2}
     assert set(summary["llm"]) == {"policy", "localizer", "teacher"}
     assert (tmp_path / "reports" / "llm" / "profiling_overview.png").stat().st_size > 10_000
+    # the per-environment table the overview draws, from the run's trajectories and error steps
+    trajectories = jsonl(run / "profiling" / "trajectories.jsonl")
+    per_env = {r["env"]: r for r in csv.DictReader((tmp_path / "reports" / "llm" / "profiling_per_env.csv").open())}
+    assert set(per_env) == {t["task"] for t in trajectories}
+    for t in trajectories:
+        row = per_env[t["task"]]
+        assert int(row["steps"]) == len(t["steps"]), (row, t["task"])
+        assert int(row["flags"]) == sum(e["env"] == t["task"] for e in errors), row
     executed = json.loads(out.read_text())
     assert not any(o.get("output_type") == "error" for c in executed["cells"] for o in c.get("outputs", []))
     assert any(f"Bearer {SECRET}" == k for k in server.RequestHandlerClass.seen_keys), "the key was used"
@@ -80,7 +88,7 @@ def test_notebook_on_its_defaults(tmp_path):
     Only the size is overridden (2 tasks, 1 seed, 2 steps, 64 tokens per reply). Every output is checked against what
     is computed here from the trajectories and the ledger the run wrote."""
     from mirl.sandbox import bwrap_backend
-    from tests.llm.smollm2 import require_smollm2
+    from tests.engines.smollm2 import require_smollm2
 
     require_smollm2()
     if not bwrap_backend.available():

@@ -74,5 +74,11 @@ def test_notebook_05_rates_base_and_checkpoint_on_held_out_prefixes(tmp_path, bw
     assert (report / "misbehavior_rates.csv").read_text().startswith("policy,misbehavior,judge,")
     assert (report / "judge_agreement.csv").exists()
     base_rates = [float(r["rate"]) for (policy, _), r in rates.items() if policy == "base"]
+    assert (report / "misbehavior_rates_paper.png").stat().st_size > 5_000  # beside the paper's Figure 7
     if any(x > 0 for x in base_rates):  # a reduction exists to draw beside the paper's range
         assert (report / "misbehavior_reduction.png").stat().st_size > 5_000
+        red = list(csv.DictReader((report / "misbehavior_reductions.csv").open()))
+        mean = [r for r in red if r["misbehavior"] == "mean over misbehaviors"]
+        base = [float(r["rate"]) for (p, m), r in rates.items() if p == "base" and m != "all"]
+        other = [float(r["rate"]) for (p, m), r in rates.items() if p == policies[1] and m != "all"]
+        assert float(mean[0]["reduction"]) == pytest.approx(1 - (sum(other) / len(other)) / (sum(base) / len(base)))

@@ -57,8 +57,31 @@ def test_notebook_offline_annotator(profiled):
     assert {lb.id for lb in store.load_labels(1)} == {s.id for s in steps}
     reports = profiled / "reports" / "t"
     assert (reports / "taxonomy_figure4.png").stat().st_size > 5_000
-    table2 = (reports / "taxonomy_table2.csv").read_text()
-    assert "union of kept types" in table2 and "no runnable command" in table2
+    # Table 2 (the figure's data) from the labels: each type's share of error steps and of profiled
+    # environments, and the union of the kept types
+    import pandas as pd
+
+    labels = {lb.id: set(lb.types) for lb in store.load_labels(1)}
+    env_of = {s.id: s.env for s in steps}
+    n_envs = json.loads((run / "profiling" / "summary.json").read_text())["environments"]
+    table2 = pd.read_csv(reports / "taxonomy_table2.csv").set_index("type")
+    kept = [t.name for t in store.load(1).types if t.status == "kept"]
+    assert kept and sorted(table2.index[:-1]) == sorted(kept) and table2.index[-1] == "union of kept types"
+    for name in kept:
+        having = [i for i, types in labels.items() if name in types]
+        assert table2.loc[name, "share"] == pytest.approx(len(having) / len(steps)), name
+        assert table2.loc[name, "env_share"] == pytest.approx(len({env_of[i] for i in having}) / n_envs), name
+    union = [i for i, types in labels.items() if types & set(kept)]
+    assert table2.loc["union of kept types", "share"] == pytest.approx(len(union) / len(steps))
+    # beside the paper: its eight types and union (grey) and the run's, shares of the profiled environments
+    assert (reports / "taxonomy_figure4_paper.png").stat().st_size > 5_000
+
+    beside = pd.read_csv(reports / "taxonomy_table2_paper.csv")
+    assert (beside["source"] == "paper").sum() == 9 and (beside["type"] == "union of kept types").sum() == 2
+    profiled = json.loads((run / "profiling" / "summary.json").read_text())["environments"]
+    run_rows = beside[(beside["source"] == "run") & (beside["type"] == "no runnable command")]
+    envs = {s.env for s in steps if s.rejected_command is None}
+    assert run_rows["env_share"].item() == pytest.approx(len(envs) / profiled)
 
 
 @pytest.mark.slow

@@ -11,9 +11,9 @@ from mirl.records.trajectory import Step, Trajectory
 from mirl.runner.layout import RunDir
 
 
-def recorded_run(root: Path, sandbox, task_factory, scenarios: dict[str, list[str]]) -> dict:
+def recorded_run(root: Path, sandbox, task_factory, scenarios: dict[str, list[str]], misbehavior: str = "") -> dict:
     """One environment per scenario, its commands run once for real (the recording), an error step after
-    them, labelled with the scenario's misbehavior (kept). Returns {task id: task}."""
+    them, labelled with the scenario's misbehavior (kept), or all with `misbehavior`. Returns {task id: task}."""
     run = RunDir(root)
     trajectories, errors, labels, types, tasks = [], [], [], [], {}
     for name, commands in scenarios.items():
@@ -26,8 +26,9 @@ def recorded_run(root: Path, sandbox, task_factory, scenarios: dict[str, list[st
         trajectories.append(Trajectory(task=task.id, seed=0, models={}, steps=steps).to_dict())
         e = ErrorStep(env=task.id, seed=0, step=len(steps), rejected_command="rm -rf /app", reason="r")
         errors.append(e.to_dict())
-        labels.append(Label(e.id, [f"{name} misbehavior"]))
-        types.append(ErrorType(f"{name} misbehavior", "d", status="kept"))
+        labels.append(Label(e.id, [misbehavior or f"{name} misbehavior"]))
+        if not misbehavior or not types:
+            types.append(ErrorType(misbehavior or f"{name} misbehavior", "d", status="kept"))
     prof = run.stage_dir("profiling")
     prof.mkdir(parents=True)
     (prof / "trajectories.jsonl").write_text("".join(json.dumps(t) + "\n" for t in trajectories))

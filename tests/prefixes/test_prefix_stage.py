@@ -1,4 +1,5 @@
-"""The prefix stage: sampling (held-out first, spread over environments) and the rerun check on a
+"""The prefix stage: sampling (training first, held-out candidates checked in waves, spread over environments) and
+the rerun check on a
 real sandbox: exact, normalized (timestamps masked), and real divergences that no mask may hide."""
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ import pytest
 from recorded_runs import recorded_run
 
 from mirl.params import make
-from mirl.prefixes.stage import load_prefixes, run_prefixes, sample_prefixes, starts_processes
+from mirl.prefixes.stage import heldout_waves, run_prefixes, sample_prefixes, starts_processes
 from mirl.records.error_step import ErrorStep
+from mirl.records.prefix import Prefix
 from mirl.records.taxonomy import Label
+from mirl.runner.inputs import load_prefixes
 
 SCENARIOS = {
     "deterministic": ["echo hello", "printf 'a\\nb\\n' > f.txt", "cat f.txt"],
@@ -21,21 +24,45 @@ SCENARIOS = {
 }
 
 
-def test_sampling_sets_held_out_aside_first_and_spreads_over_environments():
+def test_sampling_sets_the_first_held_out_candidates_aside_and_queues_the_rest_training_leaves():
     steps = [ErrorStep(env=f"e{i % 4}", seed=0, step=i, rejected_command="x", reason="r") for i in range(40)]
     labels = [Label(s.id, ["m a"] + (["m b"] if i % 2 == 0 else [])) for i, s in enumerate(steps)]
     out = sample_prefixes(["m a", "m b"], labels, steps, per=8, heldout=4, seed=1)
     held = [p for p in out if p.split == "heldout"]
     train = [p for p in out if p.split == "train"]
-    assert len([p for p in held if p.misbehavior == "m a"]) == 4 and len([p for p in train if p.misbehavior == "m a"]) == 8
-    # held out for one misbehavior means never trained on, for any misbehavior
-    assert not {p.error_id for p in held} & {p.error_id for p in train}
-    # spread: 8 training prefixes of "m a" over 4 environments = 2 each
+    assert len([p for p in train if p.misbehavior == "m a"]) == 8 and len([p for p in train if p.misbehavior == "m b"]) == 8
+    # the held-out queue of a misbehavior is every error step carrying it that no training prefix uses
+    trained = {p.error_id for p in train}
+    assert {p.error_id for p in held if p.misbehavior == "m a"} == {s.id for s in steps} - trained
+    assert {p.error_id for p in held if p.misbehavior == "m b"} == {s.id for i, s in enumerate(steps) if i % 2 == 0} - trained
+    # spread: 8 training prefixes of "m a" over 4 environments = 2 each, and the queue goes round the environments
     envs = [p.env for p in train if p.misbehavior == "m a"]
     assert sorted(envs.count(e) for e in set(envs)) == [2, 2, 2, 2]
+    assert len({p.env for p in [p for p in held if p.misbehavior == "m a"][:4]}) == 4
     again = sample_prefixes(["m a", "m b"], labels, steps, per=8, heldout=4, seed=1)
     assert [p.id for p in again] == [p.id for p in out]
     assert [p.id for p in sample_prefixes(["m a", "m b"], labels, steps, 8, 4, seed=2)] != [p.id for p in out]
+    assert all(p.split == "train" for p in sample_prefixes(["m a"], labels, steps, 8, 0, seed=1))
+    # a small run: the first held-out candidate of each misbehavior is set aside before training takes the rest
+    few = sample_prefixes(["m a"], labels[:3], steps[:3], per=8, heldout=1, seed=1)
+    assert [p.split for p in few].count("train") == 2 and [p.split for p in few].count("heldout") == 1
+
+
+def test_held_out_waves_check_until_enough_are_kept_or_the_queue_is_used_up():
+    queue = [Prefix(id=f"m|{i}", misbehavior="m", error_id=str(i), env="e", seed=0, steps=1, split="heldout")
+             for i in range(6)]
+    good = {0, 2, 3, 5}  # which candidates pass the rerun check
+
+    def checked(ids):
+        return {queue[i].id: Prefix.from_dict({**queue[i].to_dict(), "verdict": {"exact": i in good}}) for i in ids}
+
+    ids = lambda head: [int(p.error_id) for p in head]  # noqa: E731
+    assert ids(heldout_waves(queue, {}, 3, "exact")) == [0, 1, 2]  # first wave: as many as wanted
+    assert ids(heldout_waves(queue, checked([0, 1]), 3, "exact")) == [0, 1, 2]  # a wave not yet checked: no more
+    assert ids(heldout_waves(queue, checked([0, 1, 2]), 3, "exact")) == [0, 1, 2, 3]  # 2 kept: one more
+    assert ids(heldout_waves(queue, checked([0, 1, 2, 3]), 3, "exact")) == [0, 1, 2, 3]  # 3 kept: done
+    assert ids(heldout_waves(queue, checked(range(6)), 5, "exact")) == [0, 1, 2, 3, 4, 5]  # 4 of 5: exhausted
+    assert heldout_waves(queue, {}, 0, "exact") == []
 
 
 def test_background_processes_are_recognised():
@@ -80,3 +107,31 @@ def test_rerun_check_modes_on_a_real_sandbox(tmp_path, bwrap, task_factory):
                               "errors": 0}
     train = [json.loads(line) for line in (run / "prefixes" / "train.jsonl").read_text().splitlines()]
     assert [p["env"] for p in train] == ["deterministic"]  # keep = exact
+
+
+HELD = {f"stable-{i}": ["echo hello", f"printf '{i}\\n' > f.txt", "cat f.txt"] for i in range(2)}
+HELD |= {f"random-{i}": ["head -c 12 /dev/urandom | base64 > r.txt", "cat r.txt"] for i in range(3)}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("want", [2, 3])
+def test_held_out_prefixes_are_counted_after_the_rerun_check(tmp_path, bwrap, task_factory, want):
+    """Five candidates of one misbehavior, two of which reproduce: wanting 2, the stage checks the queue
+    until both are kept; wanting 3, it checks all five and says the queue was exhausted."""
+    run = tmp_path / "run"
+    tasks = recorded_run(run, bwrap, task_factory, HELD, misbehavior="m")
+    params = make(prefixes={"per_misbehavior": 0, "heldout_per_misbehavior": want, "snapshot": False, "workers": 2})
+    summary = run_prefixes(params, run, sandbox=bwrap, tasks=list(tasks.values()), progress=False)
+    queue = [json.loads(line)["env"] for line in (run / "prefixes" / "sampled.jsonl").read_text().splitlines()]
+    stable = [i for i, env in enumerate(queue) if env.startswith("stable")]
+    checked = [p.env for p in load_prefixes(run)]
+    kept = [p.env for p in load_prefixes(run, "heldout.jsonl")]
+    if want == 2:  # the queue's head up to the second candidate that reproduces, and no further
+        assert checked == queue[:stable[1] + 1] and sorted(kept) == ["stable-0", "stable-1"]
+        assert summary["heldout_status"]["m"] == {"candidates": 5, "checked": stable[1] + 1, "kept": 2, "wanted": 2,
+                                                  "status": "kept 2"}
+    else:
+        assert checked == queue and len(kept) == 2
+        assert summary["heldout_status"]["m"]["status"] == "exhausted"
+    assert summary["heldout"]["exact"] == 2 and summary["complete"]

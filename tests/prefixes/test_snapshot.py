@@ -11,7 +11,8 @@ import pytest
 from recorded_runs import recorded_run
 
 from mirl.params import make
-from mirl.prefixes.stage import load_prefixes, run_prefixes
+from mirl.prefixes.stage import run_prefixes
+from mirl.runner.inputs import load_prefixes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mirl.llm import embedded
+from mirl.engines import registry
 from mirl.llm.ledger import read_ledger
 from mirl.params import make
 from mirl.profiling.stage import load_trajectories, run_profiling
@@ -21,12 +21,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.bwrap]
 @pytest.mark.timeout(900)
 def test_concurrent_smollm2_episodes_share_decode_batches(tmp_path):
     from mirl.sandbox.bwrap_backend import available
-    from tests.llm.smollm2 import require_smollm2
+    from tests.engines.smollm2 import require_smollm2
 
     require_smollm2()
     if not available():
         missing("bubblewrap or the base root filesystem", "`apt-get install bubblewrap`, then `mirl image build`")
-    lm = embedded.get("smollm2")
+    lm = registry.get("smollm2")
     lm._batcher.max_rows_seen = 0
     p = make(profiling={"tasks": "tasks", "max_tasks": 3, "seeds": 2, "workers": 6}, sandbox={"backend": "bwrap"},
              agent={"max_steps": 2, "command_timeout_s": 30},

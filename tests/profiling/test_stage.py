@@ -17,7 +17,7 @@ from agent_doubles import FakeSandbox
 
 from mirl.llm.scripted import ScriptedModel
 from mirl.params import make
-from mirl.profiling.stage import load_error_steps, load_trajectories, run_profiling
+from mirl.profiling.stage import error_steps_table, load_trajectories, run_profiling
 from mirl.tasks import load_task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,8 +121,8 @@ def test_resume_after_kill_loses_and_duplicates_nothing(tmp_path):
 
     reference = tmp_path / "straight"
     subprocess.run([sys.executable, "-c", _script(reference, 0.0)], check=True, capture_output=True, timeout=300)
-    errors = load_error_steps(run)
-    straight = load_error_steps(reference)
+    errors = error_steps_table(run)
+    straight = error_steps_table(reference)
     key = ["env", "seed", "step"]
     assert not errors.duplicated(key).any()
     assert sorted(map(tuple, errors[key].values)) == sorted(map(tuple, straight[key].values))

@@ -175,7 +175,7 @@ def _optimizer(path: Path) -> dict:
 def test_killed_training_resumes_from_its_checkpoint_with_its_step_count_and_optimizer_state(pipeline):
     import torch
 
-    from tests.llm.smollm2 import require_smollm2
+    from tests.engines.smollm2 import require_smollm2
 
     require_smollm2()
     ref, server, root = pipeline

@@ -365,10 +365,12 @@ def _host_has(controller: str) -> bool:
 
 
 def _host_lacks(message: str) -> None:
-    """Say loudly that this host cannot give a limit (a warning in the test summary), not skip."""
-    import warnings
-
-    warnings.warn(f"this host lacks a limit: {message}", UserWarning, stacklevel=2)
+    """A skip that names the missing limit; a failure under an explicit `MIRL_REQUIRE_REAL=1`, which
+    asks for every limit proven. No set-up can add a kernel's controller, so CI alone does not fail."""
+    flag = os.environ.get("MIRL_REQUIRE_REAL", "")
+    if flag and flag not in ("0", "false", "no"):
+        pytest.fail(f"this host lacks a limit under MIRL_REQUIRE_REAL: {message}", pytrace=False)
+    pytest.skip(f"this host lacks a limit: {message}")
 
 
 def _session_cgroup(session, controller: str) -> Path:
@@ -383,6 +385,17 @@ def _session_cgroup(session, controller: str) -> Path:
         if controller in names.split(","):
             return Path("/sys/fs/cgroup") / controller / path.lstrip("/")
     raise AssertionError(f"pid {pid} is in no {controller} cgroup")
+
+
+@pytest.mark.parametrize("flag, outcome", [("", pytest.skip.Exception), ("0", pytest.skip.Exception),
+                                           ("1", pytest.fail.Exception)])
+def test_a_limit_the_host_lacks_is_a_skip_or_under_require_real_a_failure(monkeypatch, flag, outcome):
+    """Neither limit test may pass on a host that cannot give its limit: it proves nothing there."""
+    monkeypatch.setattr(f"{__name__}._host_has", lambda controller: False)
+    monkeypatch.setenv("MIRL_REQUIRE_REAL", flag)
+    for test in (test_pids_limit_holds_where_the_host_gives_one, test_memory_hog_is_killed_inside_its_limit):
+        with pytest.raises(outcome, match="this host lacks a limit"):
+            test(None)
 
 
 # 1100 children that sleep: those past the cap are refused (EAGAIN), each counted once
@@ -404,12 +417,11 @@ print('REFUSED', refused)
 
 def test_pids_limit_holds_where_the_host_gives_one(confined):
     """The session's processes sit in a host pids cgroup capped at 1024; on a host without the
-    controller this says so (the fork-bomb test then proves the timeout alone still ends a bomb)."""
+    controller it is skipped, saying so (the fork-bomb test then proves the timeout alone still ends a bomb)."""
     from mirl.sandbox.docker_backend import PIDS_LIMIT
 
     if not _host_has("pids"):
         _host_lacks("no pids cgroup controller: fork bombs are bounded by the command timeout only")
-        return
     with confined.start(_task()) as s:
         s.run("true")
         group = _session_cgroup(s, "pids")
@@ -443,7 +455,6 @@ def test_memory_hog_is_killed_inside_its_limit(confined):
     the session goes on, the host's cgroup for it says 1024 MiB."""
     if not _host_has("memory"):
         _host_lacks("no memory cgroup controller: memory_mb is not enforced")
-        return
     with confined.start(_task()) as s:
         r = s.run("python3 -c 'b = bytearray(3 << 30); print(\"ALLOCATED\", len(b))'", timeout=120)
         limit = int((_session_cgroup(s, "memory") / "memory.limit_in_bytes").read_text())

@@ -11,12 +11,12 @@ from mirl.roles.rubric_judge import LLMRubricJudge, RuleRubricJudge, parse_score
 from mirl.roles.rubric_writer import Rubric, RubricItem
 from mirl.roles.tagreply import TagError
 
-UNCHECKED = [RubricItem(f"judged by reading only {k}", 9.0, "Important") for k in range(3)]
+UNCHECKED = [RubricItem(f"judged by reading only {k}", 4.0, "Important") for k in range(3)]
 RUBRIC = Rubric("t", [
     RubricItem("Builds with make", 5.0, "Essential", r"command:\bmake\b"),
     RubricItem("Writes out.txt", 3.0, "Important", r"command:>\s*out\.txt"),
     RubricItem("The output shows PASS", 2.0, "Optional", r"output:^PASS$"),
-    RubricItem("Deletes the sources", 4.0, "Pitfall", r"command:\brm\b"),
+    RubricItem("Deletes the sources", -2.0, "Pitfall", r"command:\brm\b"),
 ] + UNCHECKED, 0.8)
 
 
@@ -51,7 +51,7 @@ def test_the_judge_sees_the_rubric_and_only_the_agents_own_commands_and_outputs(
     assert rating.score == 7 and rating.source == "llm:openai/test-model" and rating.steps == [1, 3, 4]
     assert rating.reason == "Mostly there."
     user = requests[0]["messages"][-1]["content"]
-    assert "Build the project." in user and "[Pitfall, weight 4] Deletes the sources" in user
+    assert "Build the project." in user and "[Pitfall, weight -2] Deletes the sources" in user
     assert "[Essential, weight 5] Builds with make" in user
     assert "make all" in user and "built" in user and "echo x > out.txt" in user
     assert "### Step 3\n(no runnable command)\nOutput:\nformat error shown" in user and "None" not in user
@@ -82,8 +82,9 @@ def test_a_judge_that_never_scores_fails_and_is_recorded(http_role, tmp_path):
 @pytest.mark.parametrize("commands,score", [
     ([("make", "PASS"), ("echo 1 > out.txt", "")], 10.0),  # 10/10 met
     ([("make", "built")], 1 + 9 * 5 / 10),  # only the Essential
-    ([("make", "PASS"), ("rm -r src", "")], 1 + 9 * (7 - 4) / 10),  # 7 met, the Pitfall costs 4
-    ([("echo 1 > out.txt", "PASSED"), ("rm x", "")], 1.0),  # 3 - 4 < 0 clips at 1; "PASSED" is not ^PASS$
+    ([("make", "PASS"), ("rm -r src", "")], 1 + 9 * (7 - 2) / 10),  # 7 met, the Pitfall (weight -2) costs 2
+    ([("echo 1 > out.txt", "PASSED"), ("rm x", "")], 1 + 9 * (3 - 2) / 10),  # "PASSED" is not ^PASS$
+    ([("rm x", "")], 1.0),  # 0 - 2 < 0 clips at 1
     ([(None, "PASS")], 1 + 9 * 2 / 10),  # a step without a command still has an output
 ])
 def test_the_rule_score_weighs_met_items_against_pitfalls(commands, score):
@@ -97,10 +98,10 @@ def test_the_rule_judge_reads_only_the_policy_steps_after_the_prefix():
     assert rating.met == {0: False, 1: True, 2: False, 3: False}
     assert RuleRubricJudge().rate(t, RUBRIC, prefix_steps=0).steps == [2]  # prefix steps are never the policy's
     t.steps[1].source = "policy"
-    assert RuleRubricJudge().rate(t, RUBRIC, prefix_steps=1).score == pytest.approx(1.0)  # 3 - 4 clips
+    assert RuleRubricJudge().rate(t, RUBRIC, prefix_steps=1).score == pytest.approx(1 + 9 * (3 - 2) / 10)
 
 
 def test_a_rubric_without_a_checkable_quality_cannot_be_rated_by_rules():
-    only_text = Rubric("t", UNCHECKED + [RubricItem("Deletes data", 2.0, "Pitfall", r"command:\brm\b")] * 4, 0.9)
+    only_text = Rubric("t", UNCHECKED + [RubricItem("Deletes data", -2.0, "Pitfall", r"command:\brm\b")] * 4, 0.9)
     with pytest.raises(ValueError, match="no checkable Essential, Important or Optional item"):
         RuleRubricJudge().rate(traj([("make", "")]), only_text)

@@ -51,10 +51,11 @@ def test_tests_weight_lies_in_half_to_one(w):
 
 @pytest.mark.parametrize("field,value,message", [
     ("kind", "Critical", "kind 'Critical' is not one of Essential, Important, Optional, Pitfall"),
-    ("weight", 0, "weight must be a positive number, got 0"),
-    ("weight", -2.0, "weight must be a positive number"),
-    ("weight", float("nan"), "weight must be a positive number"),
-    ("weight", True, "weight must be a positive number"),
+    ("weight", 0, "an Optional item's weight must be from 1 to 5, got 0"),
+    ("weight", -2.0, "an Optional item's weight must be from 1 to 5, got -2.0"),
+    ("weight", 6, "an Optional item's weight must be from 1 to 5, got 6"),
+    ("weight", float("nan"), "weight must be a number"),
+    ("weight", True, "weight must be a number"),
     ("text", "  ", "text is empty"),
     ("check", "stdout:done", "must start with 'command:' or 'output:'"),
     ("check", "command:(", "is not a valid regex"),
@@ -77,7 +78,7 @@ def test_every_problem_is_listed_at_once():
 
 
 def test_records_round_trip_and_bad_records_name_the_file_and_line(tmp_path):
-    r = Rubric("t", items(6) + [RubricItem("Deletes data", 4.0, "Pitfall", r"command:\brm\b")], 0.7, source="reference")
+    r = Rubric("t", items(6) + [RubricItem("Deletes data", -2.0, "Pitfall", r"command:\brm\b")], 0.7, source="reference")
     assert Rubric.from_dict(json.loads(json.dumps(r.to_dict()))) == r
     path = tmp_path / "rubrics.jsonl"
     save_rubrics(path, [r])
@@ -106,10 +107,11 @@ def task(tmp_path):
     return load_task(root)
 
 
-def reply(n: int = 7, tests_weight: float = 0.75, first: str = "Writes the count to /app/count.txt") -> str:
+def reply(n: int = 7, tests_weight: float = 0.75, first: str = "Writes the count to /app/count.txt",
+          pitfall: float = -2) -> str:
     body = [{"text": first, "kind": "Essential", "weight": 5, "check": r"command:count\.txt"}]
     body += [{"text": f"quality {k}", "kind": "Optional", "weight": 1} for k in range(n - 2)]
-    body += [{"text": "Modifies /app/data.txt", "kind": "Pitfall", "weight": 4}]
+    body += [{"text": "Modifies /app/data.txt", "kind": "Pitfall", "weight": pitfall}]
     return "Short plan.\n" + json.dumps({"items": body, "tests_weight": tests_weight})
 
 
@@ -122,7 +124,7 @@ def test_the_writer_sees_task_solution_and_tests_and_its_reply_becomes_the_rubri
     assert "wc -l < /app/data.txt > /app/count.txt" in user  # the reference solution
     assert "def test_count_matches" in user and "pytest /tests/test_outputs.py" in user  # both test files
     assert rubric.task == task.id and rubric.tests_weight == 0.75 and rubric.source == "llm:openai/test-model"
-    assert [(i.kind, i.weight) for i in rubric.items] == [("Essential", 5.0)] + [("Optional", 1.0)] * 5 + [("Pitfall", 4.0)]
+    assert [(i.kind, i.weight) for i in rubric.items] == [("Essential", 5.0)] + [("Optional", 1.0)] * 5 + [("Pitfall", -2.0)]
     assert rubric.items[0].check == r"command:count\.txt" and rubric.items[1].check == ""
 
 
@@ -130,6 +132,7 @@ def test_the_writer_sees_task_solution_and_tests_and_its_reply_becomes_the_rubri
     ("I would write these items: none.", "no JSON object"),
     (reply(n=6), "at least 7 item"),
     (reply(tests_weight=0.3), "tests_weight must be a number in [0.5, 1.0]"),
+    (reply(pitfall=4), "a Pitfall's weight must be -1 or -2, got 4"),  # RaR's rule: pitfalls weigh -1 or -2
     (reply(first="Makes test_count_matches pass"), "names the hidden tests (test_count_matches)"),
     (reply(first="test_outputs.py passes"), "names the hidden tests (test_outputs.py)"),
 ])

@@ -72,3 +72,25 @@ def test_the_llm_judge_is_not_asked_about_an_action_without_a_command(http_role)
     client, requests = http_role("step_judge", ["<answer>yes</answer>"])
     assert LLMStepJudge(client).same([], step("ls"), step(None)) is False
     assert requests == []
+
+
+class CountingJudge:
+    """An LLM judge stand-in that says `answer` and counts how often it was asked."""
+
+    def __init__(self, answer: bool):
+        self.answer, self.asked = answer, 0
+
+    def same(self, context_steps, reference_step, action):
+        self.asked += 1
+        return self.answer
+
+
+def test_match_then_llm_asks_the_llm_only_below_the_threshold():
+    from mirl.roles.step_judge import MatchThenLLMStepJudge
+
+    llm = CountingJudge(False)
+    judge = MatchThenLLMStepJudge(llm)
+    assert judge.same([], step(REF), step("x" * 19 + "y")) is True and llm.asked == 0  # ratio 0.95: a match
+    assert judge.same([], step(REF), step("ls")) is False and llm.asked == 1  # below: the LLM decides
+    assert MatchThenLLMStepJudge(CountingJudge(True)).same([], step(REF), step("ls")) is True
+    assert judge.same([], step(REF), step(None)) is False and llm.asked == 1  # no command: never a match

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import pytest
 from sandbox_helpers import data_task
@@ -91,3 +92,67 @@ def test_sessions_starting_together_all_wait_for_the_one_unshare_check(monkeypat
         t.join()
     assert answers == [True] * 8
     assert len(calls) == 1
+
+
+def namespaced():
+    if not local_backend.unshare_works():
+        missing("root and a working `unshare --mount --propagation private`", "run as root where mounts are allowed")
+
+
+def test_sessions_side_by_side_have_their_own_etc_and_tmp(sandbox, task_factory):
+    """Two sessions of a task that adds a group and moves a file out of /tmp both start (on one /etc
+    the second groupadd failed; a COPY target bound on its own could not be removed), and the host's
+    /etc/group and /tmp keep none of it."""
+    namespaced()
+    task = task_factory(dockerfile="FROM x\nWORKDIR /app\nCOPY setup.sh /tmp/setup.sh\n"
+                                   "RUN groupadd -g 3051 mirltestgroup && bash /tmp/setup.sh && rm /tmp/setup.sh\n",
+                        files={"setup.sh": "echo made > /app/made.txt\n"})
+    host_group = open("/etc/group").read()
+    with sandbox.start(task) as a, sandbox.start(task) as b:
+        for s in (a, b):
+            r = s.run("getent group mirltestgroup; cat /app/made.txt; ls /tmp")
+            assert r.exit_code == 0 and "mirltestgroup:x:3051" in r.output and "made" in r.output, r.output
+            assert "setup.sh" not in r.output
+        a.run("echo mine > /tmp/only-a")
+        assert b.run("test -e /tmp/only-a").exit_code == 1
+    assert open("/etc/group").read() == host_group and not os.path.exists("/tmp/only-a")
+
+
+def test_home_is_there_under_the_private_tmp(sandbox, task_factory):
+    """The session's HOME lives in its temp root under the host's /tmp, which the private /tmp covers:
+    it is kept inside that /tmp at its path, so `cd ~` works and what is written there is the session's own."""
+    namespaced()
+    with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /app\n")) as s:
+        r = s.run('cd "$HOME" && echo kept > note && pwd && cat "$HOME/note"')
+        assert r.exit_code == 0 and r.output.split() == [s.env["HOME"], "kept"], r.output
+        assert (s.home / "note").read_text() == "kept\n"
+
+
+def test_a_copy_into_a_host_directory_merges_with_it(sandbox, task_factory):
+    """`COPY opt /opt` on a host whose /opt holds the interpreter: the task's entries appear beside
+    the host's instead of hiding them (the runner could not start when its Python was hidden)."""
+    import shutil
+    import uuid
+
+    namespaced()
+    host_dir = Path("/var/tmp") / f"mirl-merge-{uuid.uuid4().hex[:8]}"  # not under /tmp, which is the session's
+    try:
+        (host_dir / "keep").mkdir(parents=True)
+        (host_dir / "keep" / "file").write_text("host\n")
+        task = task_factory(dockerfile=f"FROM x\nWORKDIR /app\nCOPY stuff {host_dir}\n",
+                            files={"stuff/service/run.sh": "echo task\n"})
+        with sandbox.start(task) as s:
+            r = s.run(f"cat {host_dir}/keep/file {host_dir}/service/run.sh")
+            assert r.exit_code == 0 and r.output.split() == ["host", "echo", "task"], r.output
+        assert sorted(os.listdir(host_dir)) == ["keep", "service"]  # an empty mount point is all it left
+    finally:
+        shutil.rmtree(host_dir, ignore_errors=True)
+
+
+def test_a_command_missing_after_a_skipped_install_names_the_install_line(sandbox, task_factory):
+    from mirl.sandbox.base import SandboxError
+
+    task = task_factory(dockerfile="FROM x\nWORKDIR /app\nRUN apt-get install -y mirl-no-such-tool\n"
+                                   "RUN mirl-no-such-tool --version\n")
+    with pytest.raises(SandboxError, match=r"line 4 failed \(exit 127\)(.|\n)*skipped the install line\(s\) 3"):
+        sandbox.start(task)

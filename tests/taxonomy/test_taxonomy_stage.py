@@ -113,3 +113,46 @@ def test_llm_annotator_through_the_client(tmp_path):
     assert len(labels) == 9 and sum(1 for lb in labels if lb.unassigned == "one_off") == 3
     assert s["union_coverage"] == round(6 / 9, 4)
     assert s["llm"]["annotator"]["calls"] == 5
+
+
+def recurring_replies(messages):
+    """Batch 0 proposes two types; the refine batch assigns only the first again and proposes a third."""
+    prompt = messages[-1]["content"]
+    ids = re.findall(r'\{"id": "([^"]+)"', prompt.split("These are the error types so far", 1)[-1])
+    if prompt.startswith("Propose"):
+        return json.dumps({"types": [{"name": "acts without looking", "definition": "acts on unseen data",
+                                      "example_ids": ids[:2]},
+                                     {"name": "guesses a path", "definition": "uses a path never listed",
+                                      "example_ids": ids[2:]}], "unassigned": []})
+    if prompt.startswith("These are the error types"):
+        return json.dumps({"assignments": [{"id": i, "types": ["acts without looking"]} for i in ids[:2]],
+                           "unassigned": [{"id": i, "reason": "new_pattern"} for i in ids[2:]],
+                           "new_types": [{"name": "repeats a failure", "definition": "runs it again unchanged",
+                                          "example_ids": ids[2:]}]})
+    listed = prompt.split("\n\n")[-2]
+    ids = re.findall(r'^\{"id": "([^"]+)"', listed, flags=re.M)
+    return json.dumps({"assignments": [{"id": i, "types": ["acts without looking"]} for i in ids], "unassigned": []})
+
+
+@pytest.mark.parametrize("recur, kept", [(2, ["acts without looking"]),
+                                         (1, ["acts without looking", "guesses a path", "repeats a failure"])])
+def test_llm_candidates_are_the_types_that_recur_across_batches(tmp_path, recur, kept):
+    """Only a type proposed or assigned in at least `recur_batches` batches becomes a candidate (paper 3.3):
+    one proposed in batch 0 and never seen again, or first proposed in the last refine batch, does not."""
+    steps = [ErrorStep(env=f"env{i % 3}", seed=0, step=i, rejected_command=f"cmd {i}", reason=f"reason {i}")
+             for i in range(8)]
+    path = tmp_path / "error_steps.jsonl"
+    path.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in steps))
+    model = ScriptedModel(recurring_replies, name="annotator-recur")
+    try:
+        p = make(taxonomy={"annotator": "llm", "error_steps": str(path), "batch_size": 4, "label_batch_size": 8,
+                           "refine_batches": 1, "recur_batches": recur, "new_pattern_stop": 0.0},
+                 models={"annotator": {"model": register(model)}})
+        run_taxonomy(p, tmp_path / "run", progress=False)
+    finally:
+        unregister("annotator-recur")
+    candidates = yaml.safe_load((tmp_path / "run" / "taxonomy" / "candidates.yaml").read_text())
+    assert [t["name"] for t in candidates["types"]] == kept
+    label_prompt = model.calls[-1][-1]["content"]
+    assert ("guesses a path" in label_prompt) == (recur == 1)
+    assert "in batch(es) 0, 1" in candidates["types"][0]["provenance"]

@@ -12,7 +12,7 @@ import hashlib
 import re
 
 from mirl.agent.config import AgentConfig
-from mirl.llm.generator import TokenGeneration, TokenSample
+from mirl.engines.generator import TokenGeneration, TokenSample
 from mirl.sandbox.base import VerifyResult
 from mirl.training.rollouts import GroupPlayer
 from tests.agent.agent_doubles import SUBMIT, FakeSession, bash, make_task

@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))  # agent_
 from agent_doubles import SUBMIT, FakeSandbox, bash, make_task  # noqa: E402
 
 from mirl.agent import AgentConfig, run_episode  # noqa: E402
+from mirl.engines.generator import TokenGeneration, TokenSample  # noqa: E402
 from mirl.llm.errors import LLMError  # noqa: E402
-from mirl.llm.generator import TokenGeneration, TokenSample  # noqa: E402
 from mirl.records.trajectory import Trajectory  # noqa: E402
 from mirl.roles.step_judge import DifflibStepJudge  # noqa: E402
 from mirl.training.advantages import is_dead  # noqa: E402
@@ -28,7 +28,7 @@ WRITE = "echo hi > /app/hello.txt"
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from tests.llm.smollm2 import require_smollm2
+    from tests.engines.smollm2 import require_smollm2
 
     gguf = require_smollm2()
     return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -182,10 +182,10 @@ def test_a_pivot_group_from_the_embedded_smollm2(tokenizer, reference):
     import difflib
 
     from mirl.agent.parse import parse_text
-    from mirl.llm import embedded
+    from mirl.engines import registry
 
     traj, seen = reference
-    engine = embedded.get("smollm2")
+    engine = registry.get("smollm2")
     group = pivot_group(Pivot("t1", 3, 2), traj, engine, DifflibStepJudge(), n=4,
                         sampling={"max_tokens": 48, "temperature": 1.0, "seed": 5})
     assert len(group.rollouts) == 4 and group.valid == (True,) * 4
@@ -197,3 +197,39 @@ def test_a_pivot_group_from_the_embedded_smollm2(tokenizer, reference):
         command = parse_text(text).command
         ratio = difflib.SequenceMatcher(None, " ".join((command or "").split()), WRITE, autojunk=False).ratio()
         assert reward == float(command is not None and ratio >= 0.95)
+
+
+def test_step_profiling_keeps_the_candidates_whose_actions_disagree(tokenizer, reference, tmp_path):
+    """The PivotRL preprocessing stage on a profiled run: every command step of the passed trajectory
+    is a candidate; 4 actions each; only the step where they got different rewards is a pivot. The
+    cost report counts its actions as one-step preprocessing rollouts, and a PivotRL run is charged
+    this stage, not error profiling."""
+    import json
+
+    from mirl.cost.resources import resources
+    from mirl.params import make
+    from mirl.training.step_profiling import load_pivots, run_step_profiling
+
+    traj, prompts = reference
+    run = tmp_path / "run"
+    (run / "profiling").mkdir(parents=True)
+    (run / "profiling" / "trajectories.jsonl").write_text(json.dumps(traj.to_dict()) + "\n")
+    (run / "profiling" / "summary.json").write_text("{}")
+    task = make_task(tmp_path, task_id=traj.task)
+    # plan order is ls (step 0), the write (2), the submission (3): at ls two of four actions match
+    replies = {0: lambda i: bash("ls") if i % 2 else bash("pwd"), 1: lambda i: bash(WRITE), 2: lambda i: bash("cat x")}
+    gen = ScriptedGenerator(tokenizer, lambda call, i: replies[call](i))
+    p = make(step_profiling={"actions": 4, "workers": 1}, training={"start": "pivot", "environments": 0})
+    summary = run_step_profiling(p, run, tasks=[task], progress=False, generator=gen)
+    assert (summary["candidates"], summary["pivots"], summary["actions"]) == (3, 1, 4)
+    [pivot] = load_pivots(run)
+    assert (pivot["step"], pivot["rewards"]) == (0, [0.0, 1.0, 0.0, 1.0])
+    assert [call[0] for call in gen.calls] == [prompts[0], prompts[2], prompts[3]]  # the reference sampler's prompts
+    (run / "training").mkdir()
+    (run / "training" / "params.json").write_text(json.dumps({"params": {"training": {"start": "pivot"}}}))
+    df = resources(run)
+    rows = df[df["stage"] == "step_profiling"]
+    assert set(rows["phase"]) == {"preprocessing"} and rows["rollouts"].sum() == 12 and rows["policy_calls"].sum() == 12
+    assert rows["policy_input_tokens"].sum() == 4 * (len(prompts[0]) + len(prompts[2]) + len(prompts[3]))
+    assert rows["policy_output_tokens"].sum() == sum(len(s.ids) for s in gen.samples)
+    assert "profiling" not in set(df["stage"])  # a PivotRL run is not charged the error profiling it reads

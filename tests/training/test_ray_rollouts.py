@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
-from pathlib import Path
 
 import pytest
 
@@ -15,14 +13,12 @@ from mirl.training.rollouts import Start
 from tests.real import missing
 from tests.training.scale_doubles import make_player
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from tests.llm.smollm2 import require_smollm2
+    from tests.engines.smollm2 import require_smollm2
 
     gguf = require_smollm2()
     d = tmp_path_factory.mktemp("tokenizer")
@@ -34,19 +30,9 @@ def tokenizer_dir(tmp_path_factory):
 def ray():
     if importlib.util.find_spec("ray") is None:
         missing("ray (the scale extra)", "bash scripts/setup.sh, or pip install 'mirl[scale]'")
-    import ray
+    from tests.training.local_ray import start_local_ray
 
-    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
-    # Ray's raylet gives its metrics agent a fixed 15 s to start (ray-project/ray#65983); on a loaded
-    # machine the agent's imports take longer and the node dies at start-up, so it is tried again
-    for attempt in range(3):
-        try:
-            ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": env}, log_to_driver=False)
-            break
-        except Exception as e:
-            ray.shutdown()
-            if attempt == 2 or "timed out during startup" not in str(e):
-                raise
+    ray = start_local_ray()
     yield ray
     ray.shutdown()
 

@@ -32,15 +32,19 @@ def test_paper_recipe_holds_the_papers_settings():
     assert e["rollouts"] == round(160 * 8 * 16 / (1 - 0.325)) and e["judge"] == "behavior_judge"
 
 
-def test_baselines_differ_from_mirl_only_in_start_and_reward():
+def test_baselines_differ_from_mirl_only_in_start_reward_and_environments():
     mirl = load(RECIPES / "paper.yaml").training
-    for name, start, reward in [("tmax-189", "random", "outcome"), ("rar", "random", "rubric"),
-                                ("ablation-env", "env", "outcome"), ("ablation-prefix", "prefix", "outcome")]:
+    for name, start, reward, envs in [("tmax-189", "random", "outcome", 189), ("rar", "random", "rubric", 189),
+                                      ("pivotrl", "pivot", "mirl", 189), ("ablation-env", "env", "outcome", 0),
+                                      ("ablation-prefix", "prefix", "outcome", 0), ("mirl-0.25x", "prefix", "mirl", 47),
+                                      ("mirl-0.5x", "prefix", "mirl", 94)]:
         t = load(RECIPES / f"{name}.yaml").training
-        assert (t.start, t.reward) == (start, reward), name
-        for k in ("group_size", "batch_size", "steps", "lr", "loss", "delta", "max_steps"):
+        assert (t.start, t.reward, t.environments) == (start, reward, envs), name
+        for k in ("group_size", "batch_size", "lr", "loss", "delta", "max_steps", "environments_seed"):
             assert getattr(t, k) == getattr(mirl, k), (name, k)
-    assert load(RECIPES / "pivotrl.yaml").training.pivot_samples == 8
+        assert t.steps == (1168 if name == "pivotrl" else mirl.steps), name
+    pivot = load(RECIPES / "pivotrl.yaml")
+    assert pivot.step_profiling.actions == 8 and pivot.training.gpu_budget_hours == 300
 
 
 def test_a_base_file_is_merged_key_by_key_and_cycles_are_refused(tmp_path):
@@ -66,3 +70,21 @@ def test_inconsistent_training_params_are_refused_by_name(tmp_path):
         TrainingStage(load(None, {"training.max_tries": 2}), tmp_path)
     with pytest.raises(ParamsError, match="training.startt|startt"):
         load(None, {"training.startt": "random"})
+
+
+def test_a_prefix_that_fills_max_steps_is_no_start(tmp_path):
+    """A rollout from a prefix as long as `training.max_steps` is the prefix alone, the same every
+    sample: such starts are left out, with the reason, instead of making every group dead."""
+    import json
+
+    from mirl.records.prefix import Prefix
+
+    repo = RECIPES.parents[1]
+    (tmp_path / "prefixes").mkdir()
+    rows = [Prefix(id=f"m|{env}/0/{n}", misbehavior="m", error_id=f"{env}/0/{n}", env=env, seed=0, steps=n,
+                   verdict={"exact": True}) for env, n in (("backup-env-file", 1), ("c-fix-compile-errors", 3))]
+    (tmp_path / "prefixes" / "train.jsonl").write_text("".join(json.dumps(p.to_dict()) + "\n" for p in rows))
+    p = load(None, {"training.reward": "outcome", "training.max_steps": 3, "profiling.tasks": str(repo / "tasks")})
+    pool, skipped = TrainingStage(p, tmp_path).starts({})
+    assert [s.env for s in pool] == ["backup-env-file"]
+    assert skipped == {"its prefix fills training.max_steps (no step left to the policy)": 1}

@@ -10,7 +10,7 @@ from mirl.roles.rubric_judge import Rating, RuleRubricJudge
 from mirl.roles.rubric_writer import Rubric, RubricItem
 from mirl.training.rubric_reward import RubricReward, rar_reward
 
-ITEMS = [RubricItem("Runs make", 6.0, "Essential", r"command:\bmake\b"),
+ITEMS = [RubricItem("Runs make", 5.0, "Essential", r"command:\bmake\b"),
          RubricItem("Runs the tests", 3.0, "Important", r"command:\bpytest\b")]
 ITEMS += [RubricItem(f"text only {k}", 1.0, "Optional") for k in range(5)]
 
@@ -53,9 +53,9 @@ def test_the_reward_mixes_tests_and_rating(verifier, w, score, expected):
 
 
 def test_with_the_rule_judge():
-    """Against the rule judge: make is met (6 of the checkable 9), pytest not: rating 1 + 9 * 6/9 = 7."""
+    """Against the rule judge: make is met (5 of the checkable 8), pytest not: rating 1 + 9 * 5/8."""
     r = rar_reward(rollout(1.0), None, rubric(0.75), RuleRubricJudge())
-    assert r.rating == pytest.approx(7.0) and r.reward == pytest.approx(0.75 + 0.25 * 6 / 9)
+    assert r.rating == pytest.approx(1 + 9 * 5 / 8) and r.reward == pytest.approx(0.75 + 0.25 * (9 * 5 / 8) / 9)
     assert r.judged_steps == (1,)
 
 

@@ -61,7 +61,7 @@ class RecordingPool:
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from tests.llm.test_vllm_engine import tiny_checkpoint
+    from tests.engines.tiny import tiny_checkpoint
 
     return tiny_checkpoint(tmp_path_factory.mktemp("scale-policy"))
 
@@ -69,8 +69,8 @@ def checkpoint(tmp_path_factory):
 def test_the_scale_engine_hands_its_step_to_the_generator_and_the_workers(checkpoint, tmp_path):
     if importlib.util.find_spec("deepspeed") is None:
         missing("deepspeed (the scale extra)", "bash scripts/setup.sh, or pip install 'mirl[scale]'")
-    from mirl.llm.embedded import EmbeddedLM
-    from mirl.llm.generator import teacher_forced_logprobs
+    from mirl.engines.embedded import EmbeddedLM
+    from mirl.engines.generator import teacher_forced_logprobs
     from mirl.training.learner import Example
     from mirl.training.scale.engine import ScaleEngine
 

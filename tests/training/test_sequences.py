@@ -17,7 +17,7 @@ from mirl.agent.tokens import turn_prompts  # noqa: E402
 from mirl.records.trajectory import Trajectory  # noqa: E402
 from mirl.training.sequences import NoTokenIds, training_example  # noqa: E402
 from tests.agent.test_tokens import TeacherAtStep, recording  # noqa: E402
-from tests.llm.test_vllm_engine import tiny_checkpoint  # noqa: E402
+from tests.engines.tiny import tiny_checkpoint  # noqa: E402
 
 PREFIX = 2
 TEACHER = 3  # index of the teacher step, after the prefix
@@ -28,7 +28,7 @@ def lm(tmp_path_factory):
     """The token tests' tiny model, with room for a five-step episode (its weights do not care)."""
     import json
 
-    from mirl.llm import embedded
+    from mirl.engines import embedded
 
     ckpt = tiny_checkpoint(tmp_path_factory.mktemp("tiny-sequences"))
     cfg = json.loads((ckpt / "config.json").read_text())

@@ -139,3 +139,31 @@ def test_resume_cuts_the_rows_of_steps_after_the_checkpoint(tmp_path):
     assert truncate_after(path, 2) == 2
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2]
     assert truncate_after(tmp_path / "absent.jsonl", 2) == 0
+
+
+def test_a_snapshot_is_used_only_by_the_backend_that_made_it():
+    """auto: a bwrap snapshot on a sandbox of another backend (or one without snapshots) falls back
+    to re-running the prefix; restore: snapshot says why it cannot."""
+    from mirl.records.prefix import Prefix
+
+    class Snapshots:
+        name = "bwrap"
+
+        def drop_snapshot(self, handle):
+            pass
+
+    class NoSnapshots:
+        name = "local"
+
+    p = Prefix(id="m|e", misbehavior="m", error_id="e", env="t", seed=0, steps=1, verdict={"snapshot": True},
+               restore={"snapshot": "/snaps/bwrap/t-1", "snapshot_backend": "bwrap"})
+    make = lambda sandbox, restore="auto": GroupPlayer(tasks={}, trajectories={}, sandbox=sandbox, policy=None,  # noqa: E731
+                                                       agent=None, reward="mirl", restore=restore)
+    assert make(Snapshots()).snapshot_of(p) == "/snaps/bwrap/t-1"
+    assert make(NoSnapshots()).snapshot_of(p) is None
+    other = Snapshots()
+    other.name = "docker"
+    assert make(other).snapshot_of(p) is None
+    assert make(Snapshots(), "rerun").snapshot_of(p) is None
+    with pytest.raises(ValueError, match="snapshot of the bwrap backend, which the local sandbox cannot start from"):
+        make(NoSnapshots(), "snapshot").snapshot_of(p)

@@ -29,7 +29,10 @@ MISBEHAVIOR = "no runnable command"
 
 
 def params(**training):
-    base = {"steps": 2, "batch_size": 1, "group_size": 4, "max_tries": 8, "max_steps": 3, "checkpoint_every": 1,
+    # a rollout earns 1 when the coin says pass AND it avoids the prefix's misbehavior; SmolLM2 avoids it in
+    # 3-10% of continuations (measured), so a group of 6 is live with chance 0.08-0.26, and 24 tries a step
+    # leave both steps dead with chance 0.02 at the worst rate measured (1e-6 at the best)
+    base = {"steps": 2, "batch_size": 1, "group_size": 6, "max_tries": 24, "max_steps": 3, "checkpoint_every": 1,
             "lr": 1e-5, "judge": "rules", "workers": 4, "restore": "rerun"}  # small: step 2 samples much as step 1
     return make(models={"policy": {"model": "local/smollm2", "max_tokens": 40, "temperature": 0.7}},
                 sandbox={"backend": "bwrap"}, agent={"max_steps": 3, "command_timeout_s": 20},
@@ -39,11 +42,11 @@ def params(**training):
 
 @pytest.fixture(scope="module")
 def engine():
-    from mirl.llm import embedded
+    from mirl.engines import registry, weights
 
     try:
-        return embedded.get("smollm2")
-    except embedded.EmbeddedModelMissing as e:
+        return registry.get("smollm2")
+    except weights.EmbeddedModelMissing as e:
         missing(f"the embedded SmolLM2 model: {e}", "bash scripts/setup.sh")
 
 
@@ -55,6 +58,7 @@ def prefixed_run(tmp_path_factory, bwrap_sandbox, engine):
     from mirl.llm.client import LLMClient
     from mirl.prefixes.stage import run_prefixes
     from mirl.tasks import load_task
+    from mirl.training.pivot import pivot_candidates
 
     root = tmp_path_factory.mktemp("train")
     where = write_task(root / "tasks" / "coin", test_sh=COIN, instruction="List the files in /app, then submit.\n")
@@ -65,10 +69,10 @@ def prefixed_run(tmp_path_factory, bwrap_sandbox, engine):
     p = params()
     client = LLMClient(p.models, run_dir=run.root, stage="profiling")
     played, flagged = [], []
-    def reference(x):  # a passed episode with a command: pivots for PivotRL
-        return (x.reward or 0) >= 1 and any(s.command is not None for s in x.steps)
+    def reference(x):  # a passed episode with a command whose prompts rebuild from its ids: pivots for PivotRL
+        return bool(pivot_candidates([x]))
 
-    for seed in range(24):  # until two episodes of two steps (for prefixes) and a reference one
+    for seed in range(40):  # until two episodes of two steps (for prefixes) and a reference one
         t = run_episode(task, bwrap_sandbox, client.model("policy"), p.agent, seed=seed)
         played.append(t)
         if len(t.steps) >= 2 and t.exit_reason != "error" and len(flagged) < 2:
@@ -76,6 +80,7 @@ def prefixed_run(tmp_path_factory, bwrap_sandbox, engine):
         if len(flagged) == 2 and any(reference(x) for x in played):
             break
     assert flagged, "SmolLM2 played no episode of two steps"
+    assert any(reference(x) for x in played), f"none of {len(played)} episodes is a PivotRL reference"
     prof = run.stage_dir("profiling")
     prof.mkdir(parents=True, exist_ok=True)
     (prof / "trajectories.jsonl").write_text("".join(json.dumps(t.to_dict()) + "\n" for t in played))
@@ -94,7 +99,7 @@ def prefixed_run(tmp_path_factory, bwrap_sandbox, engine):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)  # the module's fixture (24 profiling episodes, the prefix check) counts here too
+@pytest.mark.timeout(2400)  # the module's fixture (up to 40 profiling episodes, the prefix check) counts here too
 def test_a_few_mirl_steps_train_smollm2_and_resume_continues(prefixed_run, bwrap_sandbox, engine):
     run, task, profiled = prefixed_run
     base = {k: v.clone() for k, v in engine.model.state_dict().items()}
@@ -115,11 +120,11 @@ def check_training(run, task, profiled, bwrap_sandbox, engine, base):
     # a step fills its batch or stops at the cap on tries; a step whose every group was dead (all rewards
     # equal: likely with a 135M policy and the behavior reward) logs share 1 and trains on nothing
     for m in metrics:
-        assert m["groups_live"] == 1 or m["groups_tried"] == 8
+        assert m["groups_live"] == 1 or m["groups_tried"] == 24
         assert m["dead_share"] == round(1 - m["groups_live"] / m["groups_tried"], 4)
         assert (m.get("loss_tokens", 0) > 0) == (m["groups_live"] > 0)
     trained_steps = [m for m in metrics if m["groups_live"]]
-    assert trained_steps, "no live group in 2 steps of 8 tries each"
+    assert trained_steps, "no live group in 2 steps of 24 tries each"
     # the generator has the learner's weights at every step: their log-probabilities agree
     assert all(m["logprob_abs_diff"] < 1e-3 for m in trained_steps)
     # the generator got the learner's weights; the checkpoint holds them, in Hugging Face format
@@ -186,17 +191,30 @@ def test_notebook_04_trains_headless_and_plots(prefixed_run, tmp_path):
     assert (report / "training_metrics.csv").read_text().startswith("step,")
 
 
+class Alternating:
+    """A step judge double that says match, no match, match, ... whatever the action (SmolLM2's actions
+    rarely match a reference step, and often hold no command at all)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def same(self, context_steps, reference_step, action):
+        self.calls += 1
+        return self.calls % 2 == 1
+
+
 SMOKE = {"models.policy.model": "local/smollm2", "models.policy.max_tokens": 40, "sandbox.backend": "bwrap",
          "agent.max_steps": 3, "training.steps": 1, "training.batch_size": 1, "training.group_size": 2,
-         "training.pivot_samples": 2, "training.max_tries": 2, "training.max_steps": 3, "training.workers": 4,
+         "step_profiling.actions": 2, "training.max_tries": 2, "training.max_steps": 3, "training.workers": 4,
          "training.rubric_writer": "reference", "training.rubric_judge": "rules", "training.pivot_judge": "difflib",
-         "training.gradient_checkpointing": False, "training.micro_batch_tokens": 4096}
+         "training.gradient_checkpointing": False, "training.micro_batch_tokens": 4096,
+         "training.validation_tasks": ""}  # the paper's TB-Lite is not here
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("recipe", ["tmax-189", "rar", "pivotrl"])
-def test_baseline_recipes_run_a_smoke_step(prefixed_run, bwrap_sandbox, engine, tmp_path, recipe):
+def test_baseline_recipes_run_a_smoke_step(prefixed_run, bwrap_sandbox, engine, tmp_path, recipe, monkeypatch):
     import shutil
 
     from mirl.params import load
@@ -206,7 +224,11 @@ def test_baseline_recipes_run_a_smoke_step(prefixed_run, bwrap_sandbox, engine, 
     copy = tmp_path / "run"
     shutil.copytree(run.root, copy, ignore=shutil.ignore_patterns("training"))
     repo = Path(__file__).resolve().parents[2]
-    p = load(repo / "params" / "train" / f"{recipe}.yaml", SMOKE)
+    over = dict(SMOKE)
+    if recipe == "pivotrl":  # a step judge that alternates, so that every candidate's two actions disagree
+        over.update({"step_profiling.workers": 1, "training.workers": 1})
+        monkeypatch.setattr("mirl.training.step_profiling.step_judge", lambda client, kind: Alternating())
+    p = load(repo / "params" / "train" / f"{recipe}.yaml", over)
     assert p.training.recipe == recipe
     base = {k: v.clone() for k, v in engine.model.state_dict().items()}
     try:
@@ -217,11 +239,33 @@ def test_baseline_recipes_run_a_smoke_step(prefixed_run, bwrap_sandbox, engine, 
     rollouts = read_jsonl(copy / "training" / "rollouts.jsonl")[0]
     assert rollouts and all(r["step"] == 1 for r in rollouts)
     trajs = [Trajectory.from_dict(r["trajectory"]) for r in rollouts]
-    if recipe == "pivotrl":
+    if recipe == "pivotrl":  # step profiling ran first, and training starts at its pivots only
         assert all(t.exit_reason == "pivot" and len(t.steps) == 1 for t in trajs)
-        assert all(r["start"].startswith("coin#") for r in rollouts)
+        pivots = {r["id"] for r in read_jsonl(copy / "step_profiling" / "pivots.jsonl")[0]}
+        assert pivots and {r["start"] for r in rollouts} <= pivots
+        assert all(t.meta["usage"]["calls"] == 1 and t.meta["usage"]["input_tokens"] > 0 for t in trajs)
     else:  # from step 0 of the environment, no prefix
         assert all(t.prefix_len == 0 and r["start"] == "coin|step0" for t, r in zip(trajs, rollouts))
     if recipe == "rar":
         assert (copy / "training" / "rubrics.jsonl").exists()
-        assert all(1 <= r["reward"]["rating"] <= 10 for r in rollouts if r["reward"]["valid"])
+        rated = [r for r in rollouts if r["reward"]["valid"]]
+        assert rated and all(1 <= r["reward"]["rating"] <= 10 for r in rated)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_gpu_budget_stops_training_before_a_step(prefixed_run, bwrap_sandbox, engine, tmp_path):
+    """PivotRL's budget is GPU time: with more GPU hours recorded for the training stage than the budget,
+    no step is taken and the summary says why (time on a CPU is not GPU time)."""
+    import shutil
+
+    from mirl.runner.devices import record_device_time
+    from mirl.training.stage import run_training
+
+    run, task, _ = prefixed_run
+    copy = tmp_path / "run"
+    shutil.copytree(run.root, copy, ignore=shutil.ignore_patterns("training"))
+    record_device_time(copy, "training", 3600.0, device="cpu")  # an hour on a CPU: no GPU time
+    record_device_time(copy, "training", 1800.0, device="NVIDIA A100-SXM4-80GB", count=2)  # one GPU hour
+    summary = run_training(params(gpu_budget_hours=1.0), copy, sandbox=bwrap_sandbox, tasks=[task], progress=False)
+    assert summary["done"] == 0 and summary["stopped"] == "GPU budget: stage training used 1.00 of 1 GPU hours"

@@ -13,7 +13,7 @@ import socket
 import pytest
 import torch
 
-from mirl.llm.generator import teacher_forced_logprobs
+from mirl.engines.generator import teacher_forced_logprobs
 from mirl.training.learner import Example, Learner, LearnerConfig
 from mirl.training.scale.weight_sync import SyncGroup
 
@@ -29,7 +29,7 @@ def free_port() -> int:
 def engine_process(ckpt: str, port: int, results) -> None:
     """The generation side: sample, receive one hand-off into the engine, sample again."""
     torch.set_num_threads(1)
-    from mirl.llm.embedded import EmbeddedLM
+    from mirl.engines.embedded import EmbeddedLM
 
     lm = EmbeddedLM(ckpt, device="cpu", prefill_chunk=16, prefill_bf16=False)
     samples = {}
@@ -42,7 +42,7 @@ def engine_process(ckpt: str, port: int, results) -> None:
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from tests.llm.test_vllm_engine import tiny_checkpoint
+    from tests.engines.tiny import tiny_checkpoint
 
     return tiny_checkpoint(tmp_path_factory.mktemp("sync-policy"))
 

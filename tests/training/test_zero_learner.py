@@ -55,3 +55,15 @@ def test_zero_step_equals_the_single_process_step(tmp_path, stage, extra):
     assert d["loss"] < 1e-5 and d["grad_norm"] < 1e-4 and d["grads"] < 1e-4, d
     assert d["weights"] < 5e-2, d  # in units of lr: the step itself is about 1
     assert r["ok"]
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeeds_own_clipping_shapes_the_update(tmp_path, stage):
+    """The compared gradients are clipped by the check itself, and AdamW's first step is about
+    lr * sign(g) at any scale; with eps far above |g| the step is about lr * g / eps, so the update
+    differs by the clip coefficient unless DeepSpeed's `gradient_clipping` clipped as the reference did."""
+    r = run_check(tmp_path, stage, "--max-grad-norm", "0.1", "--adam-eps", "1.0")
+    assert r["reference_stats"]["grad_norm"] > 0.3  # the clip scales the gradient by less than 1/3
+    d = r["differences"]
+    assert d["update"] < 1e-3 and d["grads"] < 1e-4, d
+    assert r["ok"]

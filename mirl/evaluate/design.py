@@ -1,0 +1,96 @@
+"""The evaluation a plan makes, sized before it runs: how many held-out prefixes and samples the
+misbehavior-rate stage will judge, and the smallest relative reduction that design detects
+(`mirl.evaluation.power`), from the base policy's per-prefix rates of an earlier run.
+
+Without an earlier run the rates are a stated prior (`PRIOR`: the spread seen in a one-GPU run of
+SmolLM2, where 32 of 33 held-out prefixes gave mixed outcomes over 16 samples), and the line says so.
+The prefix count is what the run's prefix stage holds out when it has run, else `per_misbehavior` times
+the misbehaviors the earlier run judged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mirl.config import ParamsError
+from mirl.evaluation.power import design_line, detectable_reduction
+
+PRIOR = tuple(np.linspace(0.25, 0.95, 33).round(3))
+TARGET = 0.4  # the reduction a run is sized to see (the paper reports 43-57%)
+
+
+@dataclass(frozen=True)
+class Design:
+    prefixes: int        # held-out prefixes judged per policy, over all misbehaviors
+    samples: int         # continuations per prefix
+    base_rates: tuple[float, ...]
+    source: str          # where the rates (and the misbehavior count) came from
+
+    @property
+    def detectable(self) -> float:
+        return detectable_reduction(self.base_rates, self.samples, self.prefixes)
+
+    def line(self, target: float = TARGET) -> str:
+        return f"{design_line(self.base_rates, self.samples, self.prefixes, target)} (base rates: {self.source})"
+
+
+def base_rates(run_dir: str | Path) -> tuple[dict[str, float], dict[str, str]]:
+    """The base policy's rate per held-out prefix in a run's misbehavior-rate judgments (the first
+    policy the stage compared, by its first judge: the design counts one judgment a sample), and each
+    prefix's misbehavior; prefixes with no valid judgment are left out; empty when the run has none."""
+    import pandas as pd
+
+    path = Path(run_dir) / "misbehavior_rate" / "judgments.csv"
+    if not path.exists():
+        return {}, {}
+    rows = pd.read_csv(path)
+    if rows.empty:
+        return {}, {}
+    missing = {"policy", "judge", "prefix_id", "misbehavior", "repeated"} - set(rows.columns)
+    if missing:
+        raise ParamsError(f"{path}: not the misbehavior-rate stage's judgments (no column {', '.join(sorted(missing))})")
+    base = rows[(rows["policy"] == rows["policy"].iloc[0]) & (rows["judge"] == rows["judge"].iloc[0])]
+    rates = base.groupby("prefix_id")["repeated"].mean().dropna()
+    kinds = base.groupby("prefix_id")["misbehavior"].first().loc[rates.index]
+    return {str(k): float(v) for k, v in rates.items()}, {str(k): str(v) for k, v in kinds.items()}
+
+
+def _planned_prefixes(run_dir: Path, per_misbehavior: int) -> int | None:
+    """How many held-out prefixes the stage will take from the run's prefix stage (None: not run yet)."""
+    from collections import Counter
+
+    from mirl.jsonl import read_jsonl
+
+    path = run_dir / "prefixes" / "heldout.jsonl"
+    if not path.exists():
+        return None
+    counts = Counter(r.get("misbehavior") for r in read_jsonl(path)[0])
+    return sum(min(n, per_misbehavior) for n in counts.values())
+
+
+def plan_design(params, run_dir: str | Path, rates_from: str | Path | None = None) -> Design:
+    """The design of `params.misbehavior_rate` for the run in `run_dir`, rates from `rates_from` (a run
+    directory), else from this run, else `PRIOR`."""
+    s = params.misbehavior_rate
+    if s.samples < 1 or s.per_misbehavior < 1:
+        raise ParamsError(f"misbehavior_rate: samples ({s.samples}) and per_misbehavior ({s.per_misbehavior}) must "
+                          "be at least 1 for an evaluation to measure anything")
+    rates, kinds, source = {}, {}, "a prior spread of 0.25-0.95 (no earlier run measured)"
+    for where in [p for p in (rates_from, run_dir) if p]:
+        rates, kinds = base_rates(where)
+        if len(rates) >= 2:
+            source = f"{len(rates)} prefixes of {where}"
+            break
+        rates, kinds = {}, {}
+    planned = _planned_prefixes(Path(run_dir), s.per_misbehavior)
+    if planned is None:  # before the prefix stage: as many misbehaviors as the earlier run judged
+        types = len(set(kinds.values()))
+        if not types:
+            types = 1
+            source += "; misbehaviors not known yet, counted as 1"
+        planned = s.per_misbehavior * types
+    values = tuple(rates.values()) if rates else PRIOR
+    return Design(prefixes=planned, samples=s.samples, base_rates=values, source=source)

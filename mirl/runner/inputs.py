@@ -1,0 +1,66 @@
+"""What a stage reads from the stages before it, in one place: the task pool profiling ran on, the
+profiled trajectories, the taxonomy, the kept prefixes and the training run's checkpoints. Stages
+import these instead of each other's modules, so every stage output has one reader to keep right."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mirl.jsonl import read_jsonl
+from mirl.records.prefix import Prefix
+from mirl.records.taxonomy import TaxonomyStore
+from mirl.records.trajectory import Trajectory, load_trajectories
+from mirl.runner.layout import RunDir
+
+if TYPE_CHECKING:
+    from mirl.tasks import Task
+
+PROFILING, TAXONOMY, PREFIX_STAGE, TRAINING = "profiling", "taxonomy", "prefixes", "training"
+TRAJECTORIES = "trajectories.jsonl"
+PREFIXES, TRAIN, HELDOUT = "prefixes.jsonl", "train.jsonl", "heldout.jsonl"
+CHECKPOINTS = "checkpoints"
+
+
+def _run(run: str | Path | RunDir) -> RunDir:
+    return run if isinstance(run, RunDir) else RunDir(run)
+
+
+def task_pool(run: RunDir, pool: str, prefer_stored: bool = True) -> list[Task]:
+    """The tasks of a comma-separated pool of task dirs; with `prefer_stored`, the pool the profiling
+    stage of `run` ran on, as its stored params say (later stages must see the same tasks)."""
+    from mirl.agent.rollout import RolloutConfig, load_tasks  # the harness loads with a pool, not the runner
+
+    stored = run.params(PROFILING)
+    if prefer_stored and stored.exists():
+        pool = (json.loads(stored.read_text()).get("params") or {}).get(PROFILING, {}).get("tasks", pool)
+    return load_tasks(RolloutConfig(tasks=[t.strip() for t in pool.split(",") if t.strip()]))
+
+
+def trajectories_path(run: str | Path | RunDir) -> Path:
+    """The profiling stage's trajectories file."""
+    return _run(run).file(PROFILING, TRAJECTORIES)
+
+
+def profiled_trajectories(run: str | Path | RunDir) -> dict[tuple[str, int], Trajectory]:
+    """The profiling stage's trajectories by (task, seed)."""
+    return {t.key: t for t in load_trajectories(trajectories_path(run))}
+
+
+def taxonomy_store(run: str | Path | RunDir) -> TaxonomyStore:
+    """The taxonomy versions of a run (stage 02's output, curated by hand)."""
+    return TaxonomyStore(_run(run).stage_dir(TAXONOMY))
+
+
+def load_prefixes(run_dir: str | Path | RunDir, which: str = PREFIXES) -> list[Prefix]:
+    """The prefixes of stage 03: every checked one (`PREFIXES`), or the kept `TRAIN` / `HELDOUT` split."""
+    path = _run(run_dir).file(PREFIX_STAGE, which)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no prefixes (run the prefix stage first)")
+    return [Prefix.from_dict(r) for r in read_jsonl(path)[0]]
+
+
+def checkpoint_dir(root: Path, step: int) -> Path:
+    """Where the training stage keeps the checkpoint of `step` under its checkpoints directory."""
+    return Path(root) / f"step-{step:06d}"

@@ -1,0 +1,302 @@
+"""The continuous-batching engine (`mirl.engines.paged`), run here eagerly on a CPU (no graphs, no
+compile, the torch attention): the contract of every generator, and what continuous batching adds
+(requests joining and leaving a running batch, a row's draws independent of its neighbours, the
+prefix cache, weights swapped between steps, per-request stop ids and lengths)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from mirl.engines.generator import ContextLengthError, Generator, teacher_forced_logprobs
+from mirl.engines.paged import PagedEngine
+from mirl.engines.paged.sampler import hash32, sample
+from tests.engines.tiny import tiny_checkpoint
+
+TASK = [{"role": "user", "content": "list the files in /app, then count them"}]
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
+def family_checkpoint(request, tmp_path_factory):
+    return tiny_checkpoint(tmp_path_factory.mktemp(f"tiny-{request.param}"), request.param)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return tiny_checkpoint(tmp_path_factory.mktemp("tiny-paged"), "qwen3")
+
+
+def make(ckpt, **kw) -> PagedEngine:
+    kw = {"device": "cpu", "dtype": "float32", "page_size": 4, "kv_tokens": 8192, "prefill_tokens": 16, **kw}
+    return PagedEngine(ckpt, **kw)
+
+
+@pytest.fixture(scope="module")
+def engine(checkpoint):
+    e = make(checkpoint)
+    yield e
+    e.close()
+
+
+def generate_ref(engine, ids, n):
+    with torch.no_grad():
+        out = engine.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=n, pad_token_id=0)
+    return out[0, len(ids):].tolist()
+
+
+def max_diff(a, b) -> float:
+    assert len(a) == len(b)
+    return max(abs(x - y) for x, y in zip(a, b))
+
+
+def test_greedy_is_what_generate_decodes_with_the_learners_logprobs(family_checkpoint):
+    e = make(family_checkpoint)
+    ids = e.prompt_ids(TASK)
+    gen = e.generate_tokens(ids, [0, 1, 2], max_tokens=24, temperature=0.0)
+    assert isinstance(e, Generator) and gen.meta["decoder"] == "paged"
+    want = generate_ref(e, ids, 24)
+    for s in gen.samples:
+        assert s.ids == want and s.finish_reason == "length"
+        assert max_diff(teacher_forced_logprobs(e.model, ids, s.ids), s.logprobs) < 1e-4  # greedy stores T = 1
+    e.close()
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9)])
+def test_samples_carry_their_logprobs_before_top_p_and_depend_on_their_own_seed(engine, temperature, top_p):
+    ids = engine.prompt_ids(TASK)
+    group = engine.generate_tokens(ids, [0, 1, 2, 3], max_tokens=16, temperature=temperature, top_p=top_p, seed=7)
+    alone = engine.generate_tokens(ids, [2], max_tokens=16, temperature=temperature, top_p=top_p, seed=7)
+    assert alone.samples[0].ids == group.samples[2].ids  # (seed, index) reproduces outside its group
+    assert len({tuple(s.ids) for s in group.samples}) > 1
+    for s in group.samples:
+        tf = teacher_forced_logprobs(engine.model, ids, s.ids, temperature)
+        assert len(s.logprobs) == len(s.ids) and max_diff(tf, s.logprobs) < 1e-4
+    other = engine.generate_tokens(ids, [0], max_tokens=16, temperature=temperature, top_p=top_p, seed=8)
+    assert other.samples[0].ids != group.samples[0].ids
+
+
+def test_a_tiny_nucleus_keeps_only_the_top_token(engine):
+    ids = engine.prompt_ids(TASK)
+    greedy = engine.generate_tokens(ids, [0], max_tokens=12, temperature=0.0).samples[0]
+    nucleus = engine.generate_tokens(ids, [0, 1], max_tokens=12, temperature=0.8, top_p=1e-6, seed=3)
+    for s in nucleus.samples:
+        assert s.ids == greedy.ids
+        assert max_diff(teacher_forced_logprobs(engine.model, ids, s.ids, 0.8), s.logprobs) < 1e-4
+
+
+def prompts(engine, n):
+    """n different prompts of different lengths (each its own task text)."""
+    return [engine.prompt_ids([{"role": "user", "content": "do step " + "and then more " * (i % 5) + str(i)}])
+            for i in range(n)]
+
+
+def concurrently(fn, args):
+    out, errors = [None] * len(args), []
+
+    def run(i):
+        try:
+            out[i] = fn(*args[i])
+        except Exception as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    return out
+
+
+def test_requests_join_and_leave_a_running_batch_and_each_gets_what_it_gets_alone(checkpoint):
+    """Twelve threads with their own prompts, sample counts, lengths and temperatures: they decode in
+    shared steps (far fewer steps than alone, more than one row at a time), and every sample equals
+    the same request run alone on a fresh engine."""
+    busy = make(checkpoint)
+    ps = prompts(busy, 12)
+    args = [(p, list(range(i % 3 + 1)), 6 + 3 * (i % 4), 0.0 if i % 4 == 0 else 0.9, 1.0, i) for i, p in enumerate(ps)]
+    both = concurrently(lambda *a: busy.generate_tokens(*a), args)
+    steps_together = busy.stats["steps"]
+    assert busy.stats["max_rows_seen"] > 4
+    solo = make(checkpoint)
+    for a, got in zip(args, both):
+        want = solo.generate_tokens(*a)
+        assert [s.ids for s in got.samples] == [s.ids for s in want.samples]
+        assert all(len(s.ids) == a[2] or s.finish_reason == "stop" for s in got.samples)
+        for s in got.samples:
+            assert max_diff(teacher_forced_logprobs(busy.model, a[0], s.ids, a[3] if a[3] > 0 else 1.0), s.logprobs) < 1e-4
+    assert steps_together < solo.stats["steps"] / 2
+    assert busy.pool.in_use == 0 and busy.pool.reserved == 0  # every page freed (cached ones wait idle), none promised
+    busy.close()
+    solo.close()
+
+
+def test_a_row_draws_the_same_in_an_empty_and_in_a_busy_batch(checkpoint):
+    e = make(checkpoint, prefill_tokens=64)
+    ids = e.prompt_ids(TASK)
+    alone = e.generate_tokens(ids, [5], max_tokens=20, temperature=1.0, seed=11).samples[0].ids
+    ps = prompts(e, 8)
+    args = [(p, [0, 1, 2], 20, 1.0, 1.0, 100 + i) for i, p in enumerate(ps)] + [(ids, [5], 20, 1.0, 1.0, 11)]
+    outs = concurrently(lambda *a: e.generate_tokens(*a), args)
+    assert e.stats["max_rows_seen"] >= 10
+    assert outs[-1].samples[0].ids == alone
+    e.close()
+
+
+def test_a_long_prompt_prefills_in_chunks_between_decode_steps(checkpoint):
+    """A short request that starts decoding while a 400-token prompt prefills (16 tokens a step)
+    finishes before that prompt is in: chunks of prefill do not stall the decoding rows."""
+    e = make(checkpoint, prefill_tokens=16)
+    short = e.prompt_ids(TASK)
+    long = e.prompt_ids([{"role": "user", "content": "explain " * 400}])
+    assert len(long) > 400
+    first = {}
+
+    def run_short():
+        first["short"] = e.generate_tokens(short, [0], max_tokens=8, temperature=0.0)
+
+    t = threading.Thread(target=run_short)
+    t.start()
+    while e.stats["steps"] == 0:  # the short request is decoding
+        time.sleep(0.001)
+    got = e.generate_tokens(long, [0], max_tokens=4, temperature=0.0)
+    t.join(60)
+    assert first["short"].seconds < got.meta["queued_s"]
+    assert e.stats["prefill_passes"] > len(long) // 16
+    e.close()
+
+
+def test_stop_ids_and_max_tokens_per_request(engine):
+    ids = engine.prompt_ids(TASK)
+    greedy = engine.generate_tokens(ids, [0], max_tokens=12, temperature=0.0).samples[0]
+    assert greedy.finish_reason == "length" and len(greedy.ids) == 12
+    stop = greedy.ids[4]
+    cut = engine.generate_tokens(ids, [0, 1], max_tokens=12, temperature=0.0, stop_ids=[stop])
+    first = greedy.ids.index(stop)
+    for s in cut.samples:
+        assert s.ids == greedy.ids[:first + 1] and s.finish_reason == "stop"
+    short = engine.generate_tokens(ids, [0], max_tokens=3, temperature=0.0).samples[0]
+    assert short.ids == greedy.ids[:3]
+
+
+def test_a_prompt_past_the_context_names_both_lengths(checkpoint):
+    e = make(checkpoint, max_model_len=64)
+    with pytest.raises(ContextLengthError, match=r"prompt of 60 tokens \+ max_tokens 10 exceeds the context .* 64"):
+        e.generate_tokens([5] * 60, [0], max_tokens=10)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        e.generate_tokens([10**7], [0], max_tokens=2)
+
+
+def test_the_next_turn_takes_its_prefix_from_the_cache_and_decodes_as_cold(checkpoint):
+    e = make(checkpoint)
+    ids = e.prompt_ids(TASK)
+    turn = e.generate_tokens(ids, [0], max_tokens=10, temperature=0.9, seed=4).samples[0]
+    follow = ids + turn.ids + e.tokenizer.encode("\nfile1 file2\n")
+    warm = e.generate_tokens(follow, [0, 1], max_tokens=10, temperature=0.9, seed=5)
+    assert warm.cached_tokens == (len(ids) + len(turn.ids)) // 4 * 4 > 0  # whole pages of the last turn
+    cold = make(checkpoint).generate_tokens(follow, [0, 1], max_tokens=10, temperature=0.9, seed=5)
+    assert cold.cached_tokens == 0
+    assert [s.ids for s in warm.samples] == [s.ids for s in cold.samples]
+    e.close()
+
+
+def test_new_weights_apply_at_the_next_step_and_drop_the_cached_prefixes(checkpoint, tmp_path):
+    e = make(checkpoint)
+    ids = e.prompt_ids(TASK)
+    before = e.generate_tokens(ids, [0, 1], max_tokens=16, temperature=1.0, seed=2)
+    torch.manual_seed(1)
+    new = {k: v + 0.05 * torch.randn_like(v) for k, v in e.model.state_dict().items()}
+    holder = {}
+
+    def long_request():
+        holder["gen"] = e.generate_tokens(ids, [0], max_tokens=200, temperature=1.0, seed=3)
+
+    t = threading.Thread(target=long_request)
+    steps = e.stats["steps"]
+    t.start()
+    while e.stats["steps"] < steps + 5:  # it is decoding
+        time.sleep(0.001)
+    e.update_weights(new)  # returns once the owner thread has swapped them in between two steps
+    t.join(120)
+    assert holder["gen"].meta["weights_version"] == [0, 1]  # it decoded across the swap
+    after = e.generate_tokens(ids, [0, 1], max_tokens=16, temperature=1.0, seed=2)
+    assert after.cached_tokens == 0  # what was cached was computed with the old weights
+    fresh_dir = tmp_path / "new"
+    e.model.save_pretrained(fresh_dir)
+    e.tokenizer.save_pretrained(fresh_dir)
+    fresh = make(fresh_dir)
+    want = fresh.generate_tokens(ids, [0, 1], max_tokens=16, temperature=1.0, seed=2)
+    assert [s.ids for s in after.samples] == [s.ids for s in want.samples]
+    assert [s.ids for s in after.samples] != [s.ids for s in before.samples]
+    for s in after.samples:
+        assert max_diff(teacher_forced_logprobs(fresh.model, ids, s.ids), s.logprobs) < 1e-4
+    with pytest.raises(KeyError, match="not in"):
+        e.update_weights({"no.such.weight": torch.zeros(1)})
+    e.close()
+    fresh.close()
+
+
+def test_requests_wait_for_pages_and_one_too_big_for_the_pool_is_an_error(checkpoint):
+    e = make(checkpoint, kv_tokens=4 * 60)  # 59 usable pages of 4 tokens
+    ids = e.prompt_ids(TASK)  # ~40 tokens: one request of 2 x 20 tokens needs 10 + 2 x 6 pages
+    outs = concurrently(lambda *a: e.generate_tokens(*a), [(ids, [0, 1], 20, 0.0, 1.0, i) for i in range(4)])
+    assert all(len(s.ids) == 20 for g in outs for s in g.samples)
+    assert e.stats["max_pages_used"] <= 59
+    with pytest.raises(RuntimeError, match="needs .* KV pages; the pool has 59"):
+        e.generate_tokens(ids, list(range(8)), max_tokens=60)
+    again = e.generate_tokens(ids, [0], max_tokens=4, temperature=0.0)  # the engine goes on
+    assert len(again.samples[0].ids) == 4
+    e.close()
+
+
+def test_text_calls_cut_at_stop_strings(engine):
+    gen = engine.generate(TASK, [0, 1], max_tokens=12, temperature=0.0)
+    text = gen.samples[0].text
+    assert gen.samples[0].output_tokens == 12 and len(text) > 4
+    stop = text[3:5]
+    cut = engine.generate(TASK, [0], max_tokens=12, temperature=0.0, stop=stop)
+    assert cut.samples[0].text == text[:text.index(stop)] and cut.samples[0].finish_reason == "stop"
+
+
+def test_the_sampler_draws_from_the_softmax():
+    """Frequencies of 20,000 rows' draws (one seed each) against softmax(logits / T)."""
+    import math
+
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
+    rows, t = 20000, 0.8
+    tok, lp = sample(logits.expand(rows, -1), torch.arange(rows, dtype=torch.long) * 7919 + 11,
+                     torch.zeros(rows, dtype=torch.long), torch.full((rows,), 1 / t), torch.ones(rows),
+                     hash32(torch.arange(6, dtype=torch.long)), nucleus=False)
+    p = torch.softmax(logits / t, -1)
+    freq = torch.bincount(tok, minlength=6).float() / rows
+    assert (freq - p).abs().max() < 4 * math.sqrt(0.25 / rows)  # 4 sigma
+    assert torch.allclose(lp, torch.log(p)[tok], atol=1e-6)
+
+
+def test_unsupported_models_are_refused_with_the_reason(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from mirl.engines.paged.model import PagedModel, supports_config
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=32))
+    model.save_pretrained(tmp_path)
+    assert not supports_config(tmp_path)
+    with pytest.raises(ValueError, match="does not support model type 'gpt2'"):
+        PagedModel(model, 32)
+
+
+def test_the_registry_serves_a_checkpoint_with_the_paged_engine_when_asked(checkpoint):
+    from mirl.engines.registry import policy_engine
+
+    e = policy_engine(checkpoint, backend="paged", device="cpu", dtype="float32")
+    assert isinstance(e, PagedEngine)
+    assert e.generate(TASK, [0], max_tokens=3, temperature=0.0).samples[0].output_tokens == 3
+    e.close()
+
+
+def test_a_one_token_prompt_decodes_as_generate(engine):
+    gen = engine.generate_tokens([17], [0], max_tokens=8, temperature=0.0)  # a pass of one token is padded
+    assert gen.samples[0].ids == generate_ref(engine, [17], 8)

@@ -1,0 +1,92 @@
+"""The evaluation design a plan's --check prints: prefixes counted as the stage will take them, base
+rates from the earlier run's base policy (not the trained one), and the reduction it detects."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mirl.evaluate.design import PRIOR, base_rates, plan_design
+from mirl.evaluation.power import detectable_reduction
+from mirl.params import load
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _judged(run: Path, rates: dict[str, tuple[str, list[int]]], trained: int = 0) -> None:
+    rows = []
+    for policy, flip in (("base", False), ("selected", True)):
+        for pid, (kind, values) in rates.items():
+            for i, v in enumerate(values):
+                rows.append({"policy": policy, "prefix_id": pid, "misbehavior": kind, "sample": i, "judge": "rules",
+                             "repeated": (trained if flip else v)})
+    (run / "misbehavior_rate").mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(run / "misbehavior_rate" / "judgments.csv", index=False)
+
+
+def _heldout(run: Path, counts: dict[str, int]) -> None:
+    (run / "prefixes").mkdir(parents=True)
+    with open(run / "prefixes" / "heldout.jsonl", "w") as f:
+        for kind, n in counts.items():
+            for i in range(n):
+                f.write(json.dumps({"id": f"{kind}-{i}", "misbehavior": kind}) + "\n")
+
+
+def test_base_rates_are_the_first_policys_per_prefix(tmp_path):
+    _judged(tmp_path, {"p1": ("a", [1, 0, 0, 0]), "p2": ("a", [1, 1, 1, 0]), "p3": ("b", [0, 1])})
+    rates, kinds = base_rates(tmp_path)
+    assert rates == {"p1": 0.25, "p2": 0.75, "p3": 0.5}  # the trained policy's zeros are not the base
+    assert kinds == {"p1": "a", "p2": "a", "p3": "b"}
+
+
+def test_design_counts_the_prefixes_the_stage_takes(tmp_path):
+    earlier, run = tmp_path / "earlier", tmp_path / "run"
+    _judged(earlier, {"p1": ("a", [1, 0]), "p2": ("a", [1, 1]), "p3": ("b", [0, 1]), "p4": ("b", [0, 0])})
+    _heldout(run, {"a": 7, "b": 2, "c": 5})  # per_misbehavior 4: 4 + 2 + 4
+    p = load(REPO / "params" / "demo.yaml", {"misbehavior_rate.per_misbehavior": 4, "misbehavior_rate.samples": 16})
+    d = plan_design(p, run, rates_from=earlier)
+    assert (d.prefixes, d.samples, d.base_rates) == (10, 16, (0.5, 1.0, 0.5, 0.0))
+    assert d.detectable == pytest.approx(detectable_reduction([0.5, 1.0, 0.5, 0.0], 16, 10))
+    assert "10 held-out prefixes x 16 samples" in d.line() and str(earlier) in d.line()
+
+
+def test_before_any_run_the_prior_and_the_earlier_runs_misbehaviors(tmp_path):
+    p = load(REPO / "params" / "demo.yaml", {"misbehavior_rate.per_misbehavior": 5})
+    d = plan_design(p, tmp_path / "fresh")
+    assert d.base_rates == PRIOR and d.prefixes == 5 and "prior" in d.line() and "counted as 1" in d.line()
+    earlier = tmp_path / "earlier"
+    _judged(earlier, {"p1": ("a", [1, 0]), "p2": ("b", [1, 1]), "p3": ("c", [0, 1])})
+    assert plan_design(p, tmp_path / "fresh", rates_from=earlier).prefixes == 15  # 3 misbehaviors x 5
+
+
+def test_batch_check_prints_the_design_and_runs_nothing(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "mirl", "batch", "--params", str(REPO / "params" / "demo.yaml"),
+                        "--name", "chk", "--check", "--notebooks", str(REPO / "notebooks"), "-p", "misbehavior_rate.samples=16",
+                        "-p", "misbehavior_rate.per_misbehavior=20"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].startswith("params: ") and "04 training" in lines[0]
+    expected = detectable_reduction(PRIOR, 16, 20)
+    assert lines[1].startswith("evaluation design: 20 held-out prefixes x 16 samples") and f"{expected:.0%}" in lines[1]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_prefix_without_valid_judgments_and_an_empty_plan_are_not_counted(tmp_path):
+    from mirl.config import ParamsError
+
+    earlier, run = tmp_path / "earlier", tmp_path / "run"
+    _judged(earlier, {"p1": ("a", [1, 0]), "p2": ("a", [1, 1]), "p3": ("a", [None, None])})
+    assert base_rates(earlier)[0] == {"p1": 0.5, "p2": 1.0}  # p3 never judged: no rate, not NaN
+    (run / "prefixes").mkdir(parents=True)
+    (run / "prefixes" / "heldout.jsonl").write_text("")
+    d = plan_design(load(REPO / "params" / "demo.yaml"), run, rates_from=earlier)
+    assert d.prefixes == 0 and "0 held-out prefixes" in d.line() and "none short of 100%" in d.line()
+    with pytest.raises(ParamsError, match="samples"):
+        plan_design(load(REPO / "params" / "demo.yaml", {"misbehavior_rate.samples": 0}), run)

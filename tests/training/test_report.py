@@ -1,0 +1,36 @@
+"""The training curves: whole steps on the x axis, no offset on a near-constant axis, and a panel
+without a curve says why (no update when every group was dead) instead of staying blank."""
+
+from __future__ import annotations
+
+from mirl.training.report import curves
+from tests.test_reported import assert_readable
+
+
+def _row(step: int, live: int, **more):
+    return {"step": step, "reward": 0.3, "r_o": 0.3, "r_e": 0.5, "groups_live": live, "groups_tried": 3,
+            "dead_share": 1 - live / 3, "masked_share": 0.0, "collect_s": 20.0, "sync_s": 0.0, **more}
+
+
+def _panel(fig, title):
+    return next(ax for ax in fig.axes if ax.get_title() == title)
+
+
+def test_dead_steps_say_no_update_in_the_learner_panels():
+    fig = curves([_row(1, 0), _row(2, 0)])
+    for title in ("learner", "mismatch"):
+        ax = _panel(fig, title)
+        assert not ax.lines and "every group was dead" in ax.texts[0].get_text()
+    assert _panel(fig, "reward").lines and not _panel(fig, "reward").texts
+    assert_readable(fig)
+
+
+def test_steps_are_whole_and_a_flat_axis_has_no_offset():
+    rows = [_row(s, 1, loss=-0.05, entropy=0.4, logprob_abs_diff=1e-6, learner_s=30.0) for s in (1, 2)]
+    fig = curves(rows)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert all(float(t).is_integer() for t in ticks), (ax.get_title(), ticks)
+        assert ax.yaxis.get_offset_text().get_text() == "", ax.get_title()
+    assert not any(ax.texts for ax in fig.axes)
