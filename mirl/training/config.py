@@ -153,3 +153,8 @@ def training_llm_config(params):
     cfg.policy.temperature = params.training.temperature
     cfg.stage_budget_usd = stage_budgets(params)
     return cfg
+
+
+def pivot_judge_calls_llm(pivot_judge: str) -> bool:
+    """Whether PivotRL's step judge (`training.pivot_judge`) calls the models.step_judge LLM."""
+    return pivot_judge in ("llm", "difflib+llm")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mirl.training.config import pivot_judge_calls_llm
+
 if TYPE_CHECKING:
     from mirl.params import Params
 
@@ -28,7 +30,7 @@ def estimate(params: Params, dead_share: float | None = None) -> dict[str, Any]:
     judge_role = {"mirl": "behavior_judge" if t.judge == "llm" else None,
                   "rubric": "rubric_judge" if t.rubric_judge == "llm" else None}.get(t.reward)
     if t.start == "pivot":
-        judge_role = "step_judge" if t.pivot_judge == "llm" else None
+        judge_role = "step_judge" if pivot_judge_calls_llm(t.pivot_judge) else None
     out: dict[str, Any] = {"recipe": t.recipe, "steps": t.steps, "dead_share_assumed": d,
                            "rollouts": int(round(rollouts)),
                            "policy_output_tokens_max": int(round(rollouts * steps * reply)),

@@ -37,6 +37,7 @@ from mirl.runner.progress import PROGRESS, Progress
 from mirl.runner.stage import Stage, StageError, check_inputs, ledger_summary
 from mirl.training import checkpoints as ckpt
 from mirl.training.advantages import Group, batch_advantages, is_dead
+from mirl.training.config import pivot_judge_calls_llm
 from mirl.training.engine import EmbeddedEngine
 from mirl.training.learner import Example, LearnerConfig
 from mirl.training.rollouts import GroupPlayer, Start, Starts, env_starts, prefix_starts, with_limits
@@ -118,7 +119,7 @@ class TrainingStage(Stage):
         used = {"behavior_judge": t["start"] != "pivot" and t["reward"] == "mirl" and t["judge"] == "llm",
                 "rubric_writer": t["start"] != "pivot" and t["reward"] == "rubric" and t["rubric_writer"] == "llm",
                 "rubric_judge": t["start"] != "pivot" and t["reward"] == "rubric" and t["rubric_judge"] == "llm",
-                "step_judge": t["start"] == "pivot" and t["pivot_judge"] == "llm"}
+                "step_judge": t["start"] == "pivot" and pivot_judge_calls_llm(t["pivot_judge"])}
         roles.update({role: role_fingerprint(llm, role) for role, on in used.items() if on})
         return {"training": t, "models": roles, "agent": asdict(self.params.agent),
                 "sandbox": sandbox_fingerprint(self.params.sandbox)}

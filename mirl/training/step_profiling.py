@@ -32,6 +32,7 @@ from mirl.jsonl import read_jsonl
 from mirl.runner.inputs import profiled_trajectories, task_pool
 from mirl.runner.layout import RunDir, atomic_write_jsonl
 from mirl.runner.stage import Item, Stage, StageError, run_stage
+from mirl.training.config import pivot_judge_calls_llm
 
 if TYPE_CHECKING:
     from mirl.params import Params
@@ -79,7 +80,7 @@ class StepProfilingStage(Stage):
         t, s = self.params.training, self.params.step_profiling
         llm = self.llm_config()
         roles = {"policy": role_fingerprint(llm, "policy")}
-        if t.pivot_judge != "difflib":
+        if pivot_judge_calls_llm(t.pivot_judge):
             roles["step_judge"] = role_fingerprint(llm, "step_judge")
         return {"step_profiling": {"actions": s.actions, "min_reward": s.min_reward},
                 "training": {"environments": t.environments, "environments_seed": t.environments_seed,

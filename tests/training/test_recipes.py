@@ -88,3 +88,18 @@ def test_a_prefix_that_fills_max_steps_is_no_start(tmp_path):
     pool, skipped = TrainingStage(p, tmp_path).starts({})
     assert [s.env for s in pool] == ["backup-env-file"]
     assert skipped == {"its prefix fills training.max_steps (no step left to the policy)": 1}
+
+
+@pytest.mark.parametrize("pivot_judge, calls_llm", [("difflib", False), ("llm", True), ("difflib+llm", True)])
+def test_pivotrls_llm_step_judge_is_fingerprinted_and_estimated(tmp_path, pivot_judge, calls_llm):
+    """`difflib+llm` calls the step judge for what SequenceMatcher does not match: its model is part of
+    the run's identity and its calls are part of the launch estimate, as for `llm`."""
+    from mirl.training.step_profiling import StepProfilingStage
+
+    p = load(RECIPES / "pivotrl.yaml", {"training.pivot_judge": pivot_judge})
+    assert ("step_judge" in TrainingStage(p, tmp_path / "t").fingerprint()["models"]) is calls_llm
+    assert ("step_judge" in StepProfilingStage(p, tmp_path / "s").fingerprint()["models"]) is calls_llm
+    e = estimate(p)
+    assert (e["judge"], e["judge_calls"] > 0) == (("step_judge", True) if calls_llm else ("rules", False))
+    if calls_llm:
+        assert e["judge_model"] == p.models.step_judge.model
