@@ -269,3 +269,11 @@ def test_a_smaller_draw_is_part_of_a_larger_one():
     quarter, half, full = draw(pool, 47, 0), draw(pool, 94, 0), draw(pool, 189, 0)
     assert len(set(full)) == 189 and set(quarter) < set(half) < set(full) and half[:47] == quarter
     assert draw(list(reversed(pool)), 189, 0) == full  # the pool's order does not matter
+
+
+def test_pass_at_k_on_tb21_takes_16_runs_beyond_figure5s_3_seeds():
+    """Figure 8 (l. 636, 676): pass@k on TB-2.1 from 16 runs per task; Figure 12 (l. 789) draws the same
+    16 seeds, extra to Figure 5's 3 runs (seeds 0-2), so they start at seed 3."""
+    p16, lite = EVAL["tb-2.1-16-runs"].pass_at_k, EVAL["tb-lite"].pass_at_k
+    assert (p16.runs, p16.seed) == (16, lite.seed + lite.runs) == (16, 3)
+    assert (p16.temperature, p16.top_p) == (lite.temperature, lite.top_p) == (0.7, 0.95)
