@@ -610,12 +610,14 @@ def test_zombies_are_gone_after_close(any_backend):
     name = f"mz{uuid.uuid4().hex[:10]}"  # a copy of sleep under a name no other process has
     with any_backend.start(_task()) as s:
         r = s.run(f"cp \"$(command -v sleep)\" \"$HOME/{name}\" && cd \"$HOME\" && "
-                  f"(sh -c './{name} 0 & ./{name} 0 & ./{name} 0 & exec ./{name} 600' &) ; sleep 1; echo started")
-        assert r.output.strip().endswith("started"), r.output
-        deadline = time.monotonic() + 10
+                  f"(sh -c './{name} 0 & ./{name} 0 & ./{name} 0 & exec ./{name} 600' &) && sleep 1 && "
+                  f"ls -l \"$HOME/{name}\" && echo started")
+        assert r.exit_code == 0 and r.output.strip().endswith("started"), (r.exit_code, r.output)
+        deadline = time.monotonic() + 20
         while _by_name(name) != ["S", "Z", "Z", "Z"] and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _by_name(name) == ["S", "Z", "Z", "Z"]
+        seen = s.run(f"ps -eo pid,ppid,stat,comm | grep -e '{name}' -e PID; echo HOME=$HOME").output
+        assert _by_name(name) == ["S", "Z", "Z", "Z"], f"the host's /proc; the session's ps:\n{seen}\n{r.output}"
     deadline = time.monotonic() + 10
     while _by_name(name) and time.monotonic() < deadline:
         time.sleep(0.1)
