@@ -57,6 +57,7 @@ def prefixed_run(tmp_path_factory, bwrap_sandbox, engine):
     from mirl.agent.episode import run_episode
     from mirl.llm.client import LLMClient
     from mirl.prefixes.stage import run_prefixes
+    from mirl.runner.inputs import profiled_trajectories
     from mirl.tasks import load_task
     from mirl.training.pivot import pivot_candidates
 
@@ -84,6 +85,8 @@ def prefixed_run(tmp_path_factory, bwrap_sandbox, engine):
     prof = run.stage_dir("profiling")
     prof.mkdir(parents=True, exist_ok=True)
     (prof / "trajectories.jsonl").write_text("".join(json.dumps(t.to_dict()) + "\n" for t in played))
+    stored = profiled_trajectories(run)
+    assert any(reference(x) for x in stored.values()), "the stored trajectories lost the PivotRL reference"
     errors = [ErrorStep(env=t.task, seed=t.seed, step=1, rejected_command=None, reason="r") for t in flagged]
     (prof / "error_steps.jsonl").write_text("".join(json.dumps(e.to_dict()) + "\n" for e in errors))
     (prof / "summary.json").write_text("{}")
