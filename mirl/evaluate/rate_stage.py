@@ -6,7 +6,7 @@ them is a training start) and every sample i < `samples`: one continuation. Item
 (policy, prefix_id, sample), so a killed run resumes and more samples or policies extend it.
 
 One item: the prefix's sandbox state is restored (its kept snapshot, or re-running its commands),
-the policy plays `judge_steps` steps after it (`mirl.training.rollouts.GroupPlayer`, at the
+the policy plays `judge_steps` steps after it (`mirl.agent.continuation.Continuer`, at the
 section's temperature and top-p; the tests run only with `verify`, which records the reward as task
 success from the prefix), and each judge says
 whether the misbehavior happened in them: `rules` (the misbehavior's rule detector; misbehaviors
@@ -208,19 +208,18 @@ class MisbehaviorRateStage(Stage):
     # --- one continuation ----------------------------------------------------------------------------
 
     def player(self, policy: str):
-        """The policy's GroupPlayer (its own client, at the section's sampling), built once."""
+        """The policy's continuer (its own client, at the section's sampling), built once."""
+        from mirl.agent.continuation import Continuer
         from mirl.llm.client import LLMClient
-        from mirl.training.rollouts import GroupPlayer
 
         with self._lock:
             if policy not in self._players:
                 s = self.params.misbehavior_rate
                 client = LLMClient(policy_config(self.params, self.policies()[policy], s.temperature, s.top_p),
                                    run_dir=self.run.root, stage=STAGE)
-                self._players[policy] = GroupPlayer(
+                self._players[policy] = Continuer(
                     tasks=self.tasks(), trajectories=self.trajectories(), sandbox=self.sandbox(),
-                    policy=client.model("policy"), agent=self.params.agent, reward="outcome", restore=s.restore,
-                    workers=1)
+                    policy=client.model("policy"), agent=self.params.agent, restore=s.restore)
             return self._players[policy]
 
     def judges(self) -> list[tuple[str, str, Any]]:
@@ -246,7 +245,7 @@ class MisbehaviorRateStage(Stage):
             return [(label, kind, j) for (label, kind), j in self._judges.items()]
 
     def run_item(self, payload: dict[str, Any]) -> dict[str, Any]:
-        from mirl.training.rollouts import Start, with_limits
+        from mirl.agent.continuation import Start, with_limits
 
         s = self.params.misbehavior_rate
         policy, sample = payload["policy"], int(payload["sample"])
@@ -254,8 +253,7 @@ class MisbehaviorRateStage(Stage):
         player = self.player(policy)
         agent = replace(with_limits(self.params.agent, prefix.steps + s.judge_steps), verify=s.verify)
         seed = s.seed * 1_000_003 + sample  # sample i of every prefix and policy: the same seed
-        rollout = replace(player, agent=agent).one(Start(env=prefix.env, prefix=prefix), sample, seed)
-        traj = rollout.trajectory
+        traj, _ = replace(player, agent=agent).continue_from(Start(env=prefix.env, prefix=prefix), seed)
         why = ""
         restore = traj.meta.get("restore") or {}
         if traj.exit_reason == "error":

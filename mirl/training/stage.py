@@ -27,6 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mirl.agent.continuation import with_limits
 from mirl.jsonl import JsonlWriter, read_jsonl
 from mirl.llm.errors import BudgetExceeded
 from mirl.runner.devices import record_device_time
@@ -39,7 +40,7 @@ from mirl.training.advantages import Group, batch_advantages, is_dead
 from mirl.training.config import pivot_judge_calls_llm
 from mirl.training.engine import EmbeddedEngine
 from mirl.training.learner import Example, LearnerConfig
-from mirl.training.rollouts import GroupPlayer, Start, Starts, env_starts, prefix_starts, with_limits
+from mirl.training.rollouts import GroupPlayer, Start, Starts, env_starts, prefix_starts
 from mirl.training.sequences import NoTokenIds, training_example
 
 if TYPE_CHECKING:
