@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from mirl.evaluate.policies import policy_config, resolve_all, short_name
+from mirl.runner.inputs import EpisodeInputs
 from mirl.runner.layout import atomic_write
 from mirl.runner.stage import Item, Stage, StageError, run_stage
 
@@ -51,7 +52,7 @@ PAIRED_COLUMNS = ["policy", "baseline", "n_tasks", "difference", "se", "ci_low",
                   "only_baseline", "note"]
 
 
-class PassAtKStage(Stage):
+class PassAtKStage(EpisodeInputs, Stage):
     name = STAGE
     records = EPISODES
     key_fields = ("policy", "task", "run")
@@ -105,13 +106,6 @@ class PassAtKStage(Stage):
             tasks = sorted(tasks, key=lambda t: t.id)
             self._tasks = tasks[: s.max_tasks] if s.max_tasks else tasks
         return {t.id: t for t in self._tasks}
-
-    def sandbox(self):
-        if self._sandbox is None:
-            from mirl.sandbox.select import make_sandbox
-
-            self._sandbox = make_sandbox(self.params.sandbox)
-        return self._sandbox
 
     def plan(self) -> list[Item]:
         s = self.params.pass_at_k

@@ -36,7 +36,13 @@ import pandas as pd
 
 from mirl.evaluate.policies import policy_config, resolve_all, short_name
 from mirl.records.prefix import Prefix
-from mirl.runner.inputs import HELDOUT, TRAIN, load_prefixes, profiled_trajectories, task_pool, taxonomy_store
+from mirl.runner.inputs import (
+    HELDOUT,
+    TRAIN,
+    EpisodeInputs,
+    load_prefixes,
+    taxonomy_store,
+)
 from mirl.runner.layout import atomic_write
 from mirl.runner.stage import Item, Stage, StageError, run_stage
 
@@ -50,7 +56,7 @@ JUDGMENT_COLUMNS = ["policy", "model", "misbehavior", "prefix_id", "env", "sampl
 OUTPUT_CHARS = 2000  # of each continuation step's output kept in the record
 
 
-class MisbehaviorRateStage(Stage):
+class MisbehaviorRateStage(EpisodeInputs, Stage):
     name = STAGE
     records = CONTINUATIONS
     key_fields = ("policy", "prefix_id", "sample")
@@ -168,24 +174,6 @@ class MisbehaviorRateStage(Stage):
                 raise StageError(f"{store.versions_dir}: no taxonomy version (run the taxonomy stage first)")
             self._misbehaviors = {t.name: t for t in store.load(version).types}
         return self._misbehaviors
-
-    def tasks(self) -> dict[str, Any]:
-        if self._tasks is None:
-            self._tasks = task_pool(self.run, self.params.profiling.tasks)
-        return {t.id: t for t in self._tasks}
-
-    def trajectories(self):
-
-        if self._trajectories is None:
-            self._trajectories = profiled_trajectories(self.run)
-        return self._trajectories
-
-    def sandbox(self):
-        if self._sandbox is None:
-            from mirl.sandbox.select import make_sandbox
-
-            self._sandbox = make_sandbox(self.params.sandbox)
-        return self._sandbox
 
     def plan(self) -> list[Item]:
         prefixes = self.heldout()

@@ -31,7 +31,7 @@ from mirl.agent.continuation import with_limits
 from mirl.jsonl import JsonlWriter, read_jsonl
 from mirl.llm.errors import BudgetExceeded
 from mirl.runner.devices import record_device_time
-from mirl.runner.inputs import TRAIN, load_prefixes, profiled_trajectories, task_pool, taxonomy_store
+from mirl.runner.inputs import TRAIN, EpisodeInputs, load_prefixes, task_pool, taxonomy_store
 from mirl.runner.layout import atomic_write_json, atomic_write_jsonl
 from mirl.runner.progress import PROGRESS, Progress
 from mirl.runner.stage import Stage, StageError, run_own_loop
@@ -52,7 +52,7 @@ METRICS, ROLLOUTS, SELECTION, CHECKPOINTS = "metrics.jsonl", "rollouts.jsonl", "
 RUBRICS = "rubrics.jsonl"
 
 
-class TrainingStage(Stage):
+class TrainingStage(EpisodeInputs, Stage):
     name = STAGE
     records = METRICS
     derived = (ROLLOUTS, SELECTION, CHECKPOINTS, RUBRICS)
@@ -139,9 +139,6 @@ class TrainingStage(Stage):
             self._tasks = task_pool(self.run, self.params.training.tasks or self.params.profiling.tasks,
                                     prefer_stored=not self.params.training.tasks)
         return {t.id: t for t in self._tasks}
-
-    def trajectories(self):
-        return profiled_trajectories(self.run)
 
     def misbehaviors(self):
         store = taxonomy_store(self.run)
@@ -262,12 +259,6 @@ class TrainingStage(Stage):
         judge = LLMRubricJudge(client) if t.rubric_judge == "llm" else RuleRubricJudge()
         return lambda traj, env: rar_reward(traj, None, rubrics[env], judge, traj.prefix_len)
 
-    def sandbox(self):
-        if self._sandbox is None:
-            from mirl.sandbox.select import make_sandbox
-
-            self._sandbox = make_sandbox(self.params.sandbox)
-        return self._sandbox
 
 
 def policy_engine(client) -> Any:
