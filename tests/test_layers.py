@@ -36,11 +36,11 @@ FORBIDDEN = {
 
 # The layers of the design, bottom to top (a module belongs to the longest prefix that names it).
 # Base holds what imports nothing of the kit above it: the run layout, the typed builder of params
-# classes, the plot style, the paper's printed numbers and the evaluation statistics (pure functions
+# classes, the plot style, the paper's printed numbers and their figures, the evaluation statistics (pure functions
 # over plain records, which the taxonomy review's kappa uses too).
 LAYERS = [
-    ("base", ["mirl", "mirl.paths", "mirl.jsonl", "mirl.runner.layout", "mirl.config", "mirl.plotstyle",
-              "mirl.reported", "mirl.evaluation"]),
+    ("base", ["mirl", "mirl.paths", "mirl.jsonl", "mirl.runner.layout", "mirl.typed", "mirl.plotstyle",
+              "mirl.reported", "mirl.paper_figures", "mirl.evaluate.stats"]),
     ("records and tasks", ["mirl.records", "mirl.tasks"]),
     ("sandbox, LLM choke point, policy engines", ["mirl.sandbox", "mirl.llm", "mirl.engines"]),
     ("agent harness, detectors, trajectory sources", ["mirl.agent", "mirl.detectors", "mirl.sources"]),

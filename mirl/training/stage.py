@@ -37,9 +37,9 @@ from mirl.runner.progress import PROGRESS, Progress
 from mirl.runner.stage import Stage, StageError, run_own_loop
 from mirl.training import checkpoints as ckpt
 from mirl.training.advantages import Group, batch_advantages, is_dead
-from mirl.training.config import pivot_judge_calls_llm
 from mirl.training.engine import EmbeddedEngine
 from mirl.training.learner import Example, LearnerConfig
+from mirl.training.params import pivot_judge_calls_llm
 from mirl.training.rollouts import GroupPlayer, Start, Starts, env_starts, prefix_starts
 from mirl.training.sequences import NoTokenIds, training_example
 
@@ -103,7 +103,7 @@ class TrainingStage(EpisodeInputs, Stage):
     # --- what the run depends on ---------------------------------------------------------------
 
     def llm_config(self):
-        from mirl.training.config import training_llm_config
+        from mirl.training.params import training_llm_config
 
         return training_llm_config(self.params)
 

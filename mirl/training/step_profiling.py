@@ -32,7 +32,7 @@ from mirl.jsonl import read_jsonl
 from mirl.runner.inputs import EpisodeInputs, task_pool
 from mirl.runner.layout import RunDir, atomic_write_jsonl
 from mirl.runner.stage import Item, Stage, StageError, run_stage
-from mirl.training.config import pivot_judge_calls_llm
+from mirl.training.params import pivot_judge_calls_llm
 
 if TYPE_CHECKING:
     from mirl.params import Params
@@ -69,7 +69,7 @@ class StepProfilingStage(EpisodeInputs, Stage):
             raise StageError(f"step_profiling.actions must be at least 2 (one action cannot disagree), got {s.actions}")
 
     def llm_config(self):
-        from mirl.training.config import training_llm_config
+        from mirl.training.params import training_llm_config
 
         return training_llm_config(self.params)
 

@@ -11,7 +11,7 @@ from mirl.records.prefix import Prefix
 from mirl.records.taxonomy import ErrorType
 from mirl.records.trajectory import Step, Trajectory
 from mirl.training.advantages import Group
-from mirl.training.config import TrainingParams
+from mirl.training.params import TrainingParams
 from mirl.training.rewards import Reward
 from mirl.training.rollouts import GroupPlayer, Rollout, Start, Starts
 from mirl.training.stage import collect, examples_of, step_metrics, truncate_after

@@ -18,9 +18,9 @@ another model (a new training selection) is played again too.
 Finalize, under `runs/<run>/misbehavior_rate/`:
     continuations.jsonl  one record per item: the steps played after the prefix and every judgment
     judgments.csv        one row per (policy, prefix, sample, judge): repeated yes/no/None
-    rates.csv            `mirl.evaluation.rates.misbehavior_rates` per (policy, misbehavior, judge),
+    rates.csv            `mirl.evaluate.stats.rates.misbehavior_rates` per (policy, misbehavior, judge),
                          and per (policy, judge) over all misbehaviors (misbehavior "all")
-    agreement.csv        `mirl.evaluation.agreement.judge_agreement` per misbehavior and over all
+    agreement.csv        `mirl.evaluate.stats.agreement.judge_agreement` per misbehavior and over all
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
     def judge_config(self, model: str):
         """The behavior-judge role of a judge: models.behavior_judge's settings with `model`, and for a
         further judge its `judge_models` settings over them (a judge served elsewhere, thinking less)."""
-        from mirl.config import ParamsError, build
         from mirl.llm.config import RoleConfig
+        from mirl.typed import ParamsError, build
 
         cfg = policy_config(self.params, self.params.models.policy.model)
         own = model == self.params.models.behavior_judge.model
@@ -319,8 +319,8 @@ def judgment_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def rate_tables(rows: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(rates per misbehavior and over all of them, judge agreement per misbehavior and over all)."""
-    from mirl.evaluation.agreement import judge_agreement
-    from mirl.evaluation.rates import COLUMNS, misbehavior_rates
+    from mirl.evaluate.stats.agreement import judge_agreement
+    from mirl.evaluate.stats.rates import COLUMNS, misbehavior_rates
 
     if not rows:
         return (pd.DataFrame(columns=COLUMNS),

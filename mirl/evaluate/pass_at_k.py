@@ -219,8 +219,8 @@ def source_policy(traj) -> str:
 
 def score_tables(trials: list[dict[str, Any]], order: list[str], errored: str = "zero", threshold: float = 1.0) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(scores, pass@k summary, pass@k per task, paired differences vs the first policy) of the trials."""
-    from mirl.evaluation.passk import pass_at_k_table
-    from mirl.evaluation.scores import leaderboard_score, paired_difference, run_scores
+    from mirl.evaluate.stats.passk import pass_at_k_table
+    from mirl.evaluate.stats.scores import leaderboard_score, paired_difference, run_scores
 
     by_policy = {p: [t for t in trials if t["policy"] == p] for p in order}
     by_policy = {p: ts for p, ts in by_policy.items() if ts}
