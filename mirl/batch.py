@@ -40,11 +40,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mirl import notebook as nbrun
-from mirl.config import ParamsError
 from mirl.notebook import RESERVED, RunSpec, execute, kernel_name, notebook_meta, redact_secrets, resolve_parameters
 from mirl.runner.fingerprint import digest, flatten
 from mirl.runner.layout import RunDir, atomic_write_json
 from mirl.runner.progress import ENV, PROGRESS
+from mirl.typed import ParamsError
 
 STATE = "batch.json"
 LOCK = ".batch.lock"

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mirl import params as pipeline
-from mirl.config import ParamsError, help_text
+from mirl.typed import ParamsError, help_text
 
 log = logging.getLogger(__name__)
 

@@ -5,14 +5,14 @@
                 ...), plus cache, retries, prices and the run's budget  (`mirl.llm.config.LLMConfig`)
     sandbox:    how sandboxes are made                                  (`mirl.sandbox.base.SandboxConfig`)
     agent:      action format, step and time limits                     (`mirl.agent.config.AgentConfig`)
-    profiling:  stage 01's own settings                                 (`mirl.profiling.config.ProfilingParams`)
-    taxonomy:   stage 02's own settings                                 (`mirl.taxonomy.config.TaxonomyParams`)
-    prefixes:   stage 03's own settings                                 (`mirl.prefixes.config.PrefixParams`)
-    step_profiling: PivotRL's preprocessing before stage 04             (`mirl.training.config.StepProfilingParams`)
-    training:   stage 04's own settings                                 (`mirl.training.config.TrainingParams`)
-    misbehavior_rate: stage 05's own settings                           (`mirl.evaluate.config.MisbehaviorRateParams`)
-    pass_at_k:  stage 06's own settings                                 (`mirl.evaluate.config.PassAtKParams`)
-    cost:       stage 07's own settings: runs, cut, prices              (`mirl.cost.config.CostParams`)
+    profiling:  stage 01's own settings                                 (`mirl.profiling.params.ProfilingParams`)
+    taxonomy:   stage 02's own settings                                 (`mirl.taxonomy.params.TaxonomyParams`)
+    prefixes:   stage 03's own settings                                 (`mirl.prefixes.params.PrefixParams`)
+    step_profiling: PivotRL's preprocessing before stage 04             (`mirl.training.params.StepProfilingParams`)
+    training:   stage 04's own settings                                 (`mirl.training.params.TrainingParams`)
+    misbehavior_rate: stage 05's own settings                           (`mirl.evaluate.params.MisbehaviorRateParams`)
+    pass_at_k:  stage 06's own settings                                 (`mirl.evaluate.params.PassAtKParams`)
+    cost:       stage 07's own settings: runs, cut, prices              (`mirl.cost.params.CostParams`)
 
 `mirl run` and `mirl rollout` read the same file. Overrides name their section:
 `-p profiling.max_tasks=3`, `-p models.policy.temperature=1.0`. An unknown section or key, a wrong
@@ -29,15 +29,15 @@ from typing import Any
 import yaml
 
 from mirl.agent.config import AgentConfig
-from mirl.config import ParamsError, build, read_yaml
-from mirl.cost.config import CostParams
-from mirl.evaluate.config import MisbehaviorRateParams, PassAtKParams
+from mirl.cost.params import CostParams
+from mirl.evaluate.params import MisbehaviorRateParams, PassAtKParams
 from mirl.llm.config import LLMConfig
-from mirl.prefixes.config import PrefixParams
-from mirl.profiling.config import ProfilingParams
+from mirl.prefixes.params import PrefixParams
+from mirl.profiling.params import ProfilingParams
 from mirl.sandbox.base import SandboxConfig
-from mirl.taxonomy.config import TaxonomyParams
-from mirl.training.config import StepProfilingParams, TrainingParams
+from mirl.taxonomy.params import TaxonomyParams
+from mirl.training.params import StepProfilingParams, TrainingParams
+from mirl.typed import ParamsError, build, read_yaml
 
 SHARED = ("models", "sandbox", "agent")
 

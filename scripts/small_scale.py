@@ -89,7 +89,7 @@ def phase_eval(work: Path, with_recipes: bool = True) -> None:
 
     from mirl import params
     from mirl.engines import embedded, registry
-    from mirl.evaluate.rate_stage import run_misbehavior_rate
+    from mirl.evaluate.misbehavior_rate import run_misbehavior_rate
 
     p = params.load(PARAMS / "base.yaml", overrides())
     policies = ["base"]

@@ -44,7 +44,7 @@ def load_continuations(work: Path) -> pd.DataFrame:
 
 
 def interval(df: pd.DataFrame, col: str, seed: int) -> dict:
-    from mirl.evaluation.rates import bootstrap_ci
+    from mirl.evaluate.stats.rates import bootstrap_ci
 
     vals = df[col].astype(float).to_numpy()
     low, high = bootstrap_ci(vals, list(df["prefix_id"]), N_BOOT, seed, LEVEL)

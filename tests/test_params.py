@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from mirl import params as pipeline
-from mirl.config import ParamsError
 from mirl.notebook import parameters_cell, parameters_source, sync_parameters_cell
+from mirl.typed import ParamsError
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))

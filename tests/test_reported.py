@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from mirl import reported
-from mirl.config import ParamsError
+from mirl import paper_figures, reported
+from mirl.typed import ParamsError
 
 PAPER = reported.read()
 
@@ -44,12 +44,12 @@ def test_every_printed_number_carries_its_line():
 def test_the_papers_43_to_57_percent_is_the_reduction_of_the_mean_rate_per_judge():
     """Recomputed from Figure 7's printed rates: 57% under Gemini and 43% under Qwen, the printed range;
     per misbehavior the reductions run from -29% to +98% (so a band per misbehavior would be wrong)."""
-    means = reported.mean_reductions(PAPER)
+    means = paper_figures.mean_reductions(PAPER)
     assert (round(means["Gemini"], 2), round(means["Qwen"], 2)) == (0.57, 0.43)
     band = PAPER["figure7"]["mean_reduction"]
     assert (band["low"], band["high"]) == (round(means["Qwen"], 2), round(means["Gemini"], 2))
-    red = reported.reductions(PAPER["figure7"]["rates"], "Qwen3.5-4B", "MiRL")
-    per = red[red["misbehavior"] != reported.MEAN]["reduction"]
+    red = paper_figures.reductions(PAPER["figure7"]["rates"], "Qwen3.5-4B", "MiRL")
+    per = red[red["misbehavior"] != paper_figures.MEAN]["reduction"]
     assert (round(per.min(), 2), round(per.max(), 2)) == (-0.29, 0.98)
 
 
@@ -97,16 +97,16 @@ def test_a_figure_left_out_with_a_reason_is_named_not_drawn(tmp_path):
 
 def test_figure4_draws_both_panels_the_paper_prints_then_the_runs():
     run = pd.DataFrame([{"type": "retry unchanged", "share": 0.31, "env_share": 0.6}])
-    steps, envs = reported.shares_beside(run, PAPER).axes[:2]
-    assert reported.bars_of(steps) == [(f"paper: {t}", s) for t, s in zip(
+    steps, envs = paper_figures.shares_beside(run, PAPER).axes[:2]
+    assert paper_figures.bars_of(steps) == [(f"paper: {t}", s) for t, s in zip(
         PAPER["figure4"]["rows"]["type"], [0.154, 0.115, 0.112, 0.051, 0.047, 0.025, 0.017, 0.014])] + [
         ("run: retry unchanged", 0.31)]
-    assert [w for _, w in reported.bars_of(envs)] == [0.467, 0.422, 0.365, 0.194, 0.6]  # the paper prints the top four
+    assert [w for _, w in paper_figures.bars_of(envs)] == [0.467, 0.422, 0.365, 0.194, 0.6]  # the paper prints the top four
 
 
 def test_table2_puts_the_papers_env_shares_and_union_beside_the_runs():
     run = pd.DataFrame([{"type": "a", "share": 0.5, "env_share": 0.25, "definition": "d"}])
-    t = reported.table2_beside(run, PAPER)
+    t = paper_figures.table2_beside(run, PAPER)
     assert t.iloc[8][["type", "share", "env_share"]].tolist() == ["union of kept types", 0.521, 0.754]
     assert t.iloc[-1][["source", "type", "share", "env_share"]].tolist() == ["run", "a", 0.5, 0.25]
 
@@ -114,11 +114,11 @@ def test_table2_puts_the_papers_env_shares_and_union_beside_the_runs():
 @pytest.mark.parametrize("figure", ["figure5", "figure6"])
 def test_scores_draw_both_benchmarks_of_the_paper_and_the_run(figure):
     run = pd.DataFrame([{"policy": "base", "run_mean": 0.1, "run_se": 0.05}])
-    lite, tb21, mine = reported.scores_beside(run, PAPER, {"base": "SmolLM2"}, figure=figure).axes
+    lite, tb21, mine = paper_figures.scores_beside(run, PAPER, {"base": "SmolLM2"}, figure=figure).axes
     scores = PAPER[figure]["scores"]
-    assert [w for _, w in reported.bars_of(tb21)] == [pytest.approx(v) for v in scores[scores["benchmark"] == "TB-2.1"]["mean"]]
-    assert reported.bars_of(lite)[-1] == ("MiRL" if figure == "figure5" else "+ r_e (MiRL)", pytest.approx(0.518))
-    assert reported.bars_of(mine) == [("run: SmolLM2", 0.1)]
+    assert [w for _, w in paper_figures.bars_of(tb21)] == [pytest.approx(v) for v in scores[scores["benchmark"] == "TB-2.1"]["mean"]]
+    assert paper_figures.bars_of(lite)[-1] == ("MiRL" if figure == "figure5" else "+ r_e (MiRL)", pytest.approx(0.518))
+    assert paper_figures.bars_of(mine) == [("run: SmolLM2", 0.1)]
 
 
 def test_figure7_rates_per_judge_and_the_band_on_the_mean_rate_only():
@@ -131,34 +131,34 @@ def test_figure7_rates_per_judge_and_the_band_on_the_mean_rate_only():
         {"policy": "mirl", "judge": "rules", "misbehavior": "m2", "rate": 0.45},
         {"policy": "mirl", "judge": "rules", "misbehavior": "m3", "rate": 0.2},
     ])
-    red = reported.reductions(rates, "base", "mirl")
+    red = paper_figures.reductions(rates, "base", "mirl")
     got = red.set_index("misbehavior")["reduction"].round(6).to_dict()
-    assert got == {"m1": 0.5, "m2": -0.5, reported.MEAN: round(1 - (0.9 / 3) / (0.8 / 3), 6)}
-    fig = reported.reduction_figure(red, PAPER)
+    assert got == {"m1": 0.5, "m2": -0.5, paper_figures.MEAN: round(1 - (0.9 / 3) / (0.8 / 3), 6)}
+    fig = paper_figures.reduction_figure(red, PAPER)
     ax = fig.axes[0]
     band = [c for c in ax.collections if c.get_label().startswith("paper")]
     assert len(band) == 1
     (x0, y0), (x1, y1) = band[0].get_paths()[0].get_extents().get_points()
     assert (x0, x1) == (pytest.approx(0.43), pytest.approx(0.57)) and (y0, y1) == (pytest.approx(1.55), pytest.approx(2.45))
     bars = sorted((round(p.get_y() + p.get_height() / 2, 3), round(p.get_width(), 6)) for p in ax.patches)
-    assert bars == [(0.0, 0.5), (1.0, -0.5), (2.0, got[reported.MEAN])]
-    assert [t.get_text() for t in ax.texts] == ["+50%", "-50%", f"{got[reported.MEAN]:+.0%}"]
+    assert bars == [(0.0, 0.5), (1.0, -0.5), (2.0, got[paper_figures.MEAN])]
+    assert [t.get_text() for t in ax.texts] == ["+50%", "-50%", f"{got[paper_figures.MEAN]:+.0%}"]
     assert_readable(fig)
-    panels = reported.rates_beside(rates, PAPER).axes
+    panels = paper_figures.rates_beside(rates, PAPER).axes
     assert [a.get_title() for a in panels] == ["paper: Gemini", "paper: Qwen", "run: rules"]
-    gemini = dict(reported.bars_of(panels[0]))
+    gemini = dict(paper_figures.bars_of(panels[0]))
     assert gemini["Makes false claims about tests | MiRL"] == pytest.approx(0.081) and len(gemini) == 12
-    assert [w for _, w in reported.bars_of(panels[2])] == [0.5, 0.3, 0.25, 0.45, 0.2]  # m3's 0 draws no bar
+    assert [w for _, w in paper_figures.bars_of(panels[2])] == [0.5, 0.3, 0.25, 0.45, 0.2]  # m3's 0 draws no bar
 
 
 def test_figure8_paper_end_points_and_run_curves():
     passk = pd.DataFrame([{"policy": "base", "k": k, "mean": m} for k, m in [(2, 0.2), (1, 0.1)]])
     lines = {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata()))
-             for ln in reported.passk_beside(passk, PAPER).axes[0].get_lines()}
+             for ln in paper_figures.passk_beside(passk, PAPER).axes[0].get_lines()}
     assert lines == {"paper: MiRL": ([16], [0.393]), "paper: Qwen3.5-4B": ([16], [0.348]),
                      "paper: TMax-4B": ([16], [0.337]), "run: base": ([1, 2], [0.1, 0.2])}
     per_task = pd.DataFrame([{"policy": "base", "task": t, "n": 3, "c": c} for t, c in [("a", 0), ("b", 2), ("c", 3)]])
-    solved = reported.solved_beside(per_task, PAPER).set_index("source")
+    solved = paper_figures.solved_beside(per_task, PAPER).set_index("source")
     assert solved.loc["paper", ["tasks", "solved_at_least_once", "never_solved"]].tolist() == [89, 42, 47]
     assert solved.loc["run", ["tasks", "solved_at_least_once", "never_solved"]].tolist() == [3, 2, 1]
 
@@ -166,30 +166,30 @@ def test_figure8_paper_end_points_and_run_curves():
 def test_figure11_the_papers_points_lines_and_the_runs_trained_policy():
     run = pd.DataFrame([{"policy": "mirl-3", "environments": 3, "mean": 0.4, "se": 0.1}])
     base = pd.DataFrame([{"policy": "SmolLM2", "mean": 0.2}])
-    lite, tb21, mine = reported.environments_beside(run, PAPER, base).axes
-    data = reported.lines_of(tb21)
+    lite, tb21, mine = paper_figures.environments_beside(run, PAPER, base).axes
+    data = paper_figures.lines_of(tb21)
     assert data["paper: MiRL"] == ([47, 94, 189, 378], [0.161, 0.191, 0.213, 0.221])
     assert data["paper: TMax-4B"][1] == [0.206, 0.206] and data["paper: Qwen3.5-4B"][1] == [0.161, 0.161]
-    assert reported.lines_of(lite)["paper: MiRL"][1] == [0.42, 0.48, 0.518, 0.524]
-    assert {k: v[1] for k, v in reported.lines_of(mine).items()} == {"run: trained policies": [0.4], "run: SmolLM2": [0.2, 0.2]}
+    assert paper_figures.lines_of(lite)["paper: MiRL"][1] == [0.42, 0.48, 0.518, 0.524]
+    assert {k: v[1] for k, v in paper_figures.lines_of(mine).items()} == {"run: trained policies": [0.4], "run: SmolLM2": [0.2, 0.2]}
 
 
 def test_figure12_se_against_seeds_and_the_16_seed_scores():
     curves = pd.DataFrame([{"policy": "base", "k": k, "se": se} for k, se in [(2, 0.05), (4, 0.035)]])
-    lines = {ln.get_label(): list(ln.get_ydata()) for ln in reported.seed_se_beside(curves, PAPER).axes[0].get_lines()}
+    lines = {ln.get_label(): list(ln.get_ydata()) for ln in paper_figures.seed_se_beside(curves, PAPER).axes[0].get_lines()}
     assert lines["paper: mean SE"] == [0.014, 0.0116, 0.0087, 0.0062] and lines["run: base"] == [0.05, 0.035]
     assert lines["paper: ~ 1/sqrt(k)"] == pytest.approx([0.014, 0.014 / 2 ** 0.5, 0.014 / 2, 0.014 / 8 ** 0.5])
     scores = pd.DataFrame([{"policy": "base", "n_runs": 4, "run_mean": 0.3, "run_se": 0.02}])
-    t = reported.seed_scores_beside(scores, PAPER)
+    t = paper_figures.seed_scores_beside(scores, PAPER)
     assert t[t["recipe"] == "MiRL"][["over", "mean"]].values.tolist() == [["runs_3", 0.213], ["seeds_16", 0.2114]]
     assert t.iloc[-1].tolist() == ["run", "base", "runs_4", 0.3, 0.02]
 
 
 def test_funnel_and_prices_beside_the_run():
     funnel = pd.DataFrame([{"misbehavior": "a", "sampled": 4, "exact": 1}, {"misbehavior": "all", "sampled": 4, "exact": 1}])
-    ax = reported.funnel_beside(funnel, PAPER).axes[0]
+    ax = paper_figures.funnel_beside(funnel, PAPER).axes[0]
     assert [round(p.get_width(), 4) for p in ax.patches] == [round(219 / 640, 4), 0.25, 0.25]
-    prices = reported.prices_beside({"local/x": {"input": 1.0, "output": 2.0}}, PAPER)
+    prices = paper_figures.prices_beside({"local/x": {"input": 1.0, "output": 2.0}}, PAPER)
     assert prices.iloc[-1][["source", "model", "cached_input"]].tolist() == ["run", "local/x", 1.0]
     assert prices[prices["model"] == "Claude Opus 5"]["output"].item() == 25
 
@@ -213,7 +213,7 @@ def assert_readable(fig) -> None:
 
 
 def test_an_empty_reduction_figure_says_what_is_missing():
-    fig = reported.reduction_figure(reported.reductions_against(pd.DataFrame(
+    fig = paper_figures.reduction_figure(paper_figures.reductions_against(pd.DataFrame(
         [{"policy": "base", "judge": "rules", "misbehavior": "m", "rate": 0.4}]), "base"), PAPER)
     assert any("no trained policy" in t.get_text() for t in fig.axes[0].texts)
 
@@ -221,13 +221,13 @@ def test_an_empty_reduction_figure_says_what_is_missing():
 def test_every_policy_is_compared_with_the_base_and_dead_groups_sit_beside_the_papers():
     rates = pd.DataFrame([{"policy": p, "judge": "rules", "misbehavior": "m", "rate": r}
                           for p, r in [("base", 0.4), ("a", 0.2), ("b", 0.6)]])
-    red = reported.reductions_against(rates, "base", {"a": "MiRL"})
+    red = paper_figures.reductions_against(rates, "base", {"a": "MiRL"})
     got = {(p, m): round(x, 6) for p, m, x in zip(red["policy"], red["misbehavior"], red["reduction"])}
-    assert got == {("MiRL", "m"): 0.5, ("MiRL", reported.MEAN): 0.5, ("b", "m"): -0.5, ("b", reported.MEAN): -0.5}
-    fig = reported.reduction_figure(red, PAPER)
+    assert got == {("MiRL", "m"): 0.5, ("MiRL", paper_figures.MEAN): 0.5, ("b", "m"): -0.5, ("b", paper_figures.MEAN): -0.5}
+    fig = paper_figures.reduction_figure(red, PAPER)
     assert [a.get_title() for a in fig.axes] == ["MiRL vs base, judge: rules", "b vs base, judge: rules"]
     assert_readable(fig)
-    assert reported.reductions_against(rates[rates["policy"] == "base"], "base").empty
-    dead = reported.dead_groups_beside(0.31, "mirl", PAPER).set_index("recipe")["dead_share"]
+    assert paper_figures.reductions_against(rates[rates["policy"] == "base"], "base").empty
+    dead = paper_figures.dead_groups_beside(0.31, "mirl", PAPER).set_index("recipe")["dead_share"]
     assert dead.to_dict() == {"MiRL": 0.422, "TMax-189": 0.273, "PivotRL": 0.253, "RaR+": 0.0013,
                               "+ env. selection": 0.429, "mirl": 0.31}

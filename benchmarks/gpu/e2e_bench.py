@@ -79,7 +79,7 @@ def main() -> None:
                          **{k: v for k, v in summary.items() if isinstance(v, (int, float, str))}}
             print(name, out[name], flush=True)
     if not args.skip_rate:
-        from mirl.evaluate.rate_stage import run_misbehavior_rate
+        from mirl.evaluate.misbehavior_rate import run_misbehavior_rate
 
         pr = params.load(PARAMS / "base.yaml", OVERRIDES + [f"misbehavior_rate.workers={args.workers}"])
         pr = replace(pr, misbehavior_rate=replace(pr.misbehavior_rate, policies=["base"]))

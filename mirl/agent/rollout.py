@@ -216,9 +216,9 @@ def _worker_resources(config_json: str):
     """The model and sandbox of this process for a config (built once per process)."""
     with _WORKER_LOCK:
         if config_json not in _WORKER_CACHE:
-            from mirl.config import build
             from mirl.llm.client import LLMClient
             from mirl.sandbox.select import make_sandbox
+            from mirl.typed import build
 
             config = build(RolloutConfig, json.loads(config_json))
             client = LLMClient(config.llm_config(), run_dir=config.ledger_dir or config.out, stage=config.stage)

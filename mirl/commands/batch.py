@@ -33,8 +33,8 @@ def _batch(args) -> int:
     from pathlib import Path
 
     from mirl.batch import BatchError, BatchSpec, run_batch
-    from mirl.config import ParamsError
     from mirl.params import parse_overrides
+    from mirl.typed import ParamsError
 
     try:
         spec = BatchSpec(params_file=Path(args.params) if args.params else None, run_name=args.name,

@@ -62,9 +62,9 @@ def _rollout(args) -> int:
         return _convert(args)
     from mirl import params as pipeline
     from mirl.agent.rollout import RolloutConfig, RolloutError, run_rollouts
-    from mirl.config import ParamsError, build
     from mirl.runner import ParamsMismatch
     from mirl.sandbox.base import SandboxError
+    from mirl.typed import ParamsError, build
 
     overrides, agent = _overrides(args)
     try:

@@ -23,9 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _run(args) -> int:
     from pathlib import Path
 
-    from mirl.config import ParamsError
     from mirl.notebook import RunSpec, execute, resolve_parameters
     from mirl.params import parse_overrides
+    from mirl.typed import ParamsError
 
     try:
         overrides = parse_overrides(args.overrides)

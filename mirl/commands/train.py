@@ -23,12 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _train(args) -> int:
     from pathlib import Path
 
-    from mirl.config import ParamsError
     from mirl.params import load
     from mirl.runner.fingerprint import ParamsMismatch
     from mirl.runner.stage import StageError
     from mirl.training.estimate import estimate
     from mirl.training.stage import TrainingStage, run_training
+    from mirl.typed import ParamsError
 
     try:
         params = load(args.params, args.overrides)

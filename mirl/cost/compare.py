@@ -2,7 +2,7 @@
 by phase, and several recipes side by side (Figure 10).
 
 Both work on one long frame, (recipe, phase, resource, value, source), that runs (`run_frame`)
-and reported numbers (`mirl.cost.paper.reported_frame`) both make, so a user's runs sit beside the
+and reported numbers (`mirl.reported.reported_frame`) both make, so a user's runs sit beside the
 paper's. Environments are not additive over phases; a phase counts the environments it adds
 (preprocessing first), so the phases of a recipe sum to its distinct environments.
 """

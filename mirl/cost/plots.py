@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from mirl.cost.compare import PHASE_ORDER, recipe_totals
-from mirl.cost.paper import LABELS
 from mirl.reported import RESOURCES
+
+LABELS = {"rollouts": "Rollouts", "input_tokens": "Input tokens", "output_tokens": "Output tokens",
+          "environments": "Environments", "gpu_hours": "GPU hours", "api_usd": "API fee", "total_usd": "Total cost"}
 
 PHASE_COLORS = {"preprocessing": "#4C72B0", "rl": "#DD8452", "evaluation": "#55A868", "other": "#8172B3",
                 "total": "#937860"}

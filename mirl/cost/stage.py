@@ -70,11 +70,11 @@ def policy_price(params: Params, prices: dict[str, dict[str, Any]]) -> dict[str,
 def report(params: Params, run_dir: str | Path) -> CostReport:
     import pandas as pd
 
-    from mirl.config import ParamsError
     from mirl.cost import compare
     from mirl.cost import totals as tot
-    from mirl.cost.paper import read_reported, reported_frame
     from mirl.cost.resources import resources
+    from mirl.reported import read_costs, reported_frame
+    from mirl.typed import ParamsError
 
     c = params.cost
     here = RunDir(run_dir)
@@ -101,7 +101,7 @@ def report(params: Params, run_dir: str | Path) -> CostReport:
     roles = tot.by_role(cut, priced)
     long = compare.run_frame(cut, priced, c.phases)
     if c.paper_reference:
-        long = pd.concat([long, reported_frame(read_reported(c.paper_reference))], ignore_index=True)
+        long = pd.concat([long, reported_frame(read_costs(c.paper_reference))], ignore_index=True)
     reference = c.reference or names[0]
     comparison = compare.relative(long, reference)
     if pprice is None:

@@ -7,7 +7,6 @@ reported beside it, never added to it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,11 +34,9 @@ def checkpoint_step(run_dir: str | Path, up_to: str | int = "selected") -> int |
     if text == "last" or text == "":
         return max(steps)
     if text == "selected":
-        path = run.file(TRAINING, "selection.json")
-        try:
-            top = json.loads(path.read_text()).get("top") or []
-        except (OSError, ValueError):
-            top = []
+        from mirl.runner.inputs import training_selection
+
+        top = (training_selection(run)[1] or {}).get("top") or []
         return int(top[0]["step"]) if top else max(steps)
     try:
         return int(text)

@@ -1,3 +1,4 @@
-"""The evaluation stages: misbehavior rates on held-out prefixes (`rate_stage`) and benchmark scores
-with pass@k (`passk_stage`), for the policies `policies` names, with their params (`config`) and the
-notebooks' tables and figures (`report`). The statistics themselves are `mirl.evaluation`'s."""
+"""Evaluation: the stages misbehavior rate on held-out prefixes (`misbehavior_rate`, stage 05) and
+benchmark scores with pass@k (`pass_at_k`, stage 06), for the policies `policies` names, with their
+params (`params`), the notebooks' tables and figures (`report`), the study design (`design`), and the
+statistics both use (`stats`: pure functions over plain records, which the taxonomy's kappa uses too)."""

@@ -1,6 +1,6 @@
 """The evaluation a plan makes, sized before it runs: how many held-out prefixes and samples the
 misbehavior-rate stage will judge, and the smallest relative reduction that design detects
-(`mirl.evaluation.power`), from the base policy's per-prefix rates of an earlier run.
+(`mirl.evaluate.stats.power`), from the base policy's per-prefix rates of an earlier run.
 
 Without an earlier run the rates are a stated prior (`PRIOR`: the spread seen in a one-GPU run of
 SmolLM2, where 32 of 33 held-out prefixes gave mixed outcomes over 16 samples), and the line says so.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mirl.config import ParamsError
-from mirl.evaluation.power import design_line, detectable_reduction
+from mirl.evaluate.stats.power import design_line, detectable_reduction
+from mirl.typed import ParamsError
 
 PRIOR = tuple(np.linspace(0.25, 0.95, 33).round(3))
 TARGET = 0.4  # the reduction a run is sized to see (the paper reports 43-57%)

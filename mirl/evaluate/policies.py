@@ -10,7 +10,6 @@ a Hugging Face checkpoint directory (a `config.json` in it).
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +21,18 @@ BASE, SELECTED = "base", "selected"
 
 def selected_checkpoint(run: RunDir) -> Path | None:
     """The training stage's selected checkpoint directory, or None when training selected none."""
-    from mirl.runner.inputs import checkpoint_dir
+    from mirl.runner.inputs import TRAINING, checkpoint_dir, training_selection
 
-    path = run.file("training", "selection.json")
-    if not path.exists():
-        return None
-    try:
-        top = json.loads(path.read_text()).get("top") or []
-    except (ValueError, AttributeError):
-        raise StageError(f"{path}: not a readable checkpoint selection (JSON with a `top` list)") from None
+    path, selection = training_selection(run)
+    top = (selection or {}).get("top") or []
+    if not isinstance(top, list):
+        raise StageError(f"{path}: not a readable checkpoint selection (JSON with a `top` list)")
     if not top:
         return None
     step = top[0].get("step") if isinstance(top[0], dict) else None
     if not isinstance(step, int):
         raise StageError(f"{path}: the first entry of `top` has no integer `step`: {top[0]!r}")
-    where = checkpoint_dir(run.stage_dir("training") / "checkpoints", step)
+    where = checkpoint_dir(run.stage_dir(TRAINING) / "checkpoints", step)
     if not (where / "config.json").is_file():
         raise StageError(f"{path}: selects step {step}, but {where} holds no checkpoint (no config.json)")
     return where

@@ -191,7 +191,7 @@ def solve_count_figure(per_task: pd.DataFrame, labels: dict[str, str] | None = N
 
 def seed_curves(trials: pd.DataFrame, errored: str = "zero", min_runs: int = 4) -> pd.DataFrame:
     """`seed_curve` per policy that has at least `min_runs` runs (each run a seed), stacked."""
-    from mirl.evaluation.seeds import seed_curve
+    from mirl.evaluate.stats.seeds import seed_curve
 
     frames = []
     for policy, part in trials.groupby("policy", sort=False):

@@ -1,6 +1,6 @@
 """Which model serves each role, how it samples, and what the calls may cost.
 
-`LLMConfig` is loadable with `mirl.config.build` / `load_params` (for example from the `llm:`
+`LLMConfig` is loadable with `mirl.typed.build` / `load_params` (for example from the `llm:`
 section of a params YAML). Every role has a `RoleConfig`; a role left out keeps its default
 (the embedded `local/smollm2`, which runs anywhere without keys or network).
 
@@ -31,8 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from mirl.config import ParamsError
 from mirl.llm.types import ROLES
+from mirl.typed import ParamsError
 
 EMBEDDED_MODEL = "local/smollm2"
 

@@ -42,8 +42,7 @@ from mirl.runner.inputs import (
     HELDOUT,
     PREFIXES,
     TRAIN,
-    profiled_trajectories,
-    task_pool,
+    EpisodeInputs,
     taxonomy_store,
 )
 from mirl.runner.layout import atomic_write_jsonl
@@ -139,7 +138,7 @@ def _prefix(misbehavior: str, s: ErrorStep, split: str) -> Prefix:
                   steps=s.step, split=split)  # type: ignore[arg-type]
 
 
-class PrefixStage(Stage):
+class PrefixStage(EpisodeInputs, Stage):
     name = STAGE
     records = CHECKS
     key_fields = ("id",)
@@ -165,17 +164,6 @@ class PrefixStage(Stage):
         return {"prefixes": {"per_misbehavior": p.per_misbehavior, "heldout": p.heldout_per_misbehavior,
                              "seed": p.seed, "taxonomy_version": self.taxonomy_version(), "snapshot": p.snapshot},
                 "sandbox": {"backend": self.params.sandbox.backend}, "agent": {"timeout": self.params.agent.command_timeout_s}}
-
-    def tasks(self) -> dict[str, Any]:
-        """The task pool profiling ran on (as its stored params say; else this run's params)."""
-        if self._tasks is None:
-            self._tasks = task_pool(self.run, self.params.profiling.tasks)
-        return {t.id: t for t in self._tasks}
-
-    def trajectories(self) -> dict[tuple[str, int], Trajectory]:
-        if self._trajectories is None:
-            self._trajectories = profiled_trajectories(self.run)
-        return self._trajectories
 
     def sampled(self) -> list[Prefix]:
         path = self.out / SAMPLED
@@ -206,13 +194,6 @@ class PrefixStage(Stage):
         return [Item((x.id,), x.to_dict()) for x in self.planned()]
 
     # --- one check ----------------------------------------------------------------------------------
-
-    def sandbox(self):
-        if self._sandbox is None:
-            from mirl.sandbox.select import make_sandbox
-
-            self._sandbox = make_sandbox(self.params.sandbox)
-        return self._sandbox
 
     def run_item(self, payload: dict[str, Any]) -> dict[str, Any]:
         prefix = Prefix.from_dict(payload)

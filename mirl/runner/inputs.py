@@ -64,3 +64,47 @@ def load_prefixes(run_dir: str | Path | RunDir, which: str = PREFIXES) -> list[P
 def checkpoint_dir(root: Path, step: int) -> Path:
     """Where the training stage keeps the checkpoint of `step` under its checkpoints directory."""
     return Path(root) / f"step-{step:06d}"
+
+
+def training_selection(run: str | Path | RunDir) -> tuple[Path, dict | None]:
+    """(the path of, and) the training stage's checkpoint selection (`selection.json`); None when the
+    training stage has not written one."""
+    path = _run(run).file(TRAINING, "selection.json")
+    if not path.exists():
+        return path, None
+    try:
+        data = json.loads(path.read_text())
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        from mirl.runner.stage import StageError
+
+        raise StageError(f"{path}: not a readable checkpoint selection (a JSON object with a `top` list)")
+    return path, data
+
+
+class EpisodeInputs:
+    """The accessors of a stage that plays episodes on profiled tasks, read once and kept: the task
+    pool profiling ran on, its trajectories by (task, seed), and the sandbox of `params.sandbox`. A
+    stage may set `_tasks` or `_sandbox` first (a caller's own task list or sandbox)."""
+
+    _tasks: list[Task] | None = None
+    _trajectories: dict[tuple[str, int], Trajectory] | None = None
+    _sandbox = None
+
+    def tasks(self) -> dict[str, Task]:
+        if self._tasks is None:
+            self._tasks = task_pool(self.run, self.params.profiling.tasks)
+        return {t.id: t for t in self._tasks}
+
+    def trajectories(self) -> dict[tuple[str, int], Trajectory]:
+        if self._trajectories is None:
+            self._trajectories = profiled_trajectories(self.run)
+        return self._trajectories
+
+    def sandbox(self):
+        if self._sandbox is None:
+            from mirl.sandbox.select import make_sandbox
+
+            self._sandbox = make_sandbox(self.params.sandbox)
+        return self._sandbox

@@ -30,7 +30,7 @@ import contextlib
 import fcntl
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -95,6 +95,14 @@ class Stage:
     def finalize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         """Write derived outputs from all records; return extra summary fields."""
         return {}
+
+    def cleared(self) -> list[str]:
+        """The files (and directories) of the stage that `--force` removes."""
+        return [self.records, *self.derived]
+
+    def has_outputs(self) -> bool:
+        """Whether the stage stored results that a change of params would mix with (refused then)."""
+        return self.records_path.exists() or self.run.summary(self.dir_name).exists()
 
     # --- settings the runner reads from the stage's params section, when it has them ----------
 
@@ -191,29 +199,54 @@ def stage_lock(stage: Stage, wait_s: float = 60.0):
 
 def run_stage(stage: Stage, force: bool = False, progress: bool = True) -> dict[str, Any]:
     """Run every unfinished item of `stage`, then finalize it; returns (and stores) its summary."""
+    return run_own_loop(stage, lambda digest, items: _run_items(stage, items, progress), force=force,
+                        prepare=lambda: _plan(stage))
+
+
+def run_own_loop(stage: Stage, work: Callable[[str, Any], dict[str, Any]], force: bool = False,
+                 prepare: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """The runner's prologue and epilogue around a stage's own loop: the hook for a stage whose work is
+    not independent keyed items (training: each step starts from the weights the last one left).
+
+    Prologue, under the stage lock: `--force` clears the stage's files (`Stage.cleared`), the params
+    fingerprint and the digests of the stages it reads are checked against the stored ones, then
+    `prepare()` reads the inputs (a failure there leaves every stored file as it was), then the
+    fingerprint is stored. `work(digest, prepared)` runs the stage and returns its summary fields.
+    Epilogue: stage, run, digest, elapsed time and the stage's LLM ledger are added, and the summary
+    is written atomically to `summary.json`."""
     with stage_lock(stage):
-        return _run_stage(stage, force, progress)
+        t0 = time.time()
+        run = stage.run
+        if force:
+            run.clear_stage(stage.dir_name, stage.cleared())
+        stage.out.mkdir(parents=True, exist_ok=True)
+        fingerprint = dict(stage.fingerprint())
+        inputs = check_inputs(stage)
+        if inputs:
+            fingerprint["inputs"] = inputs
+        where = dict(run=run.name, stage=stage.name or "rollout", has_outputs=stage.has_outputs(),
+                     params=_params_dict(stage.params))
+        check_or_store(run.params(stage.dir_name), fingerprint, store=False, **where)
+        prepared = prepare() if prepare is not None else None
+        digest = check_or_store(run.params(stage.dir_name), fingerprint, **where)
+        summary: dict[str, Any] = {"stage": stage.name, "run": run.name, "digest": digest}
+        summary.update(work(digest, prepared))
+        summary["elapsed_s"] = round(time.time() - t0, 3)
+        summary["llm"] = ledger_summary(run, stage.name)
+        atomic_write_json(run.summary(stage.dir_name), summary)
+        return summary
 
 
-def _run_stage(stage: Stage, force: bool, progress: bool) -> dict[str, Any]:
-    t0 = time.time()
-    run = stage.run
-    if force:
-        run.clear_stage(stage.dir_name, [stage.records, *stage.derived])
-    stage.out.mkdir(parents=True, exist_ok=True)
-    fingerprint = dict(stage.fingerprint())
-    inputs = check_inputs(stage)
-    if inputs:
-        fingerprint["inputs"] = inputs
-    has_outputs = stage.records_path.exists() or run.summary(stage.dir_name).exists()
-    where = dict(run=run.name, stage=stage.name or "rollout", has_outputs=has_outputs, params=_params_dict(stage.params))
-    # check, plan (which reads the inputs), then store: bad inputs leave every stored file as it was
-    check_or_store(run.params(stage.dir_name), fingerprint, store=False, **where)
+def _plan(stage: Stage) -> list[Item]:
     items = stage.plan()
     keys = [i.key for i in items]
     if len(set(keys)) != len(keys):
         raise StageError(f"stage {stage.name!r} planned the same item key twice")
-    digest = check_or_store(run.params(stage.dir_name), fingerprint, **where)
+    return items
+
+
+def _run_items(stage: Stage, items: list[Item], progress: bool) -> dict[str, Any]:
+    keys = [i.key for i in items]
     done = _read_for_resume(stage)
     done_keys = {stage.key(r) for r in done}
     pending = [i for i in items if i.key not in done_keys]
@@ -223,15 +256,11 @@ def _run_stage(stage: Stage, force: bool, progress: bool) -> dict[str, Any]:
     order = {k: i for i, k in enumerate(keys)}
     records = sorted(stage.load_records(), key=lambda r: order.get(stage.key(r), len(order)))
     summary: dict[str, Any] = {
-        "stage": stage.name, "run": run.name, "digest": digest, "planned": len(items),
-        "skipped": len(items) - len(pending), "new": new, "lost": lost,
+        "planned": len(items), "skipped": len(items) - len(pending), "new": new, "lost": lost,
         "done": len({stage.key(r) for r in records} & set(keys)), "stopped": stopped,
-        "elapsed_s": round(time.time() - t0, 3),
     }
     summary["complete"] = summary["done"] == summary["planned"] and not stopped
     summary.update(stage.finalize(records))
-    summary["llm"] = ledger_summary(run, stage.name)
-    atomic_write_json(run.summary(stage.dir_name), summary)
     return summary
 
 

@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import pandas as pd
 
-from mirl.evaluation.agreement import cohens_kappa
+from mirl.evaluate.stats.agreement import cohens_kappa
 from mirl.records.error_step import ErrorStep
 from mirl.records.taxonomy import Label, Taxonomy
 

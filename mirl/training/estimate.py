@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mirl.training.config import pivot_judge_calls_llm
+from mirl.training.params import pivot_judge_calls_llm
 
 if TYPE_CHECKING:
     from mirl.params import Params

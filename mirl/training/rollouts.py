@@ -18,32 +18,15 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from mirl.agent.config import AgentConfig
-from mirl.agent.episode import run_episode
+from mirl.agent.continuation import Continuer, Start
 from mirl.records.prefix import Prefix
 from mirl.records.taxonomy import ErrorType
 from mirl.records.trajectory import Step, Trajectory
 from mirl.training.advantages import Group
 from mirl.training.rewards import Reward, invalid, mirl_reward, outcome_reward
-
-
-@dataclass(frozen=True)
-class Start:
-    """Where a group begins: a prefix (`prefix` set), a pivot step of a reference trajectory (`pivot`
-    set, PivotRL), or step 0 of the environment `env`."""
-
-    env: str
-    prefix: Prefix | None = None
-    pivot: Any = None  # a mirl.training.pivot.Pivot
-
-    @property
-    def id(self) -> str:
-        if self.prefix is not None:
-            return self.prefix.id
-        return self.pivot.id if self.pivot is not None else f"{self.env}|step0"
 
 
 class Starts:
@@ -86,44 +69,15 @@ def rollout_seed(base: int, draw: int, sample: int, group_size: int) -> int:
 
 
 @dataclass
-class GroupPlayer:
-    """Everything a group needs: tasks by id, the profiling trajectories prefixes point into, the
-    sandbox, the policy (a client role model with a generator), the agent settings and the reward."""
+class GroupPlayer(Continuer):
+    """Continuations in groups, each rewarded: the continuer's tasks, profiling trajectories, sandbox,
+    policy (a client role model with a generator) and agent settings, plus the reward."""
 
-    tasks: dict[str, Any]
-    trajectories: dict[tuple[str, int], Trajectory]
-    sandbox: Any
-    policy: Any
-    agent: AgentConfig
-    reward: str  # "mirl" | "outcome" | "rubric"
+    reward: str = "outcome"  # "mirl" | "outcome" | "rubric"
     judges: Callable[[str], Any] | None = None  # misbehavior name -> behavior judge
     misbehaviors: dict[str, ErrorType] = field(default_factory=dict)
     rubric_reward: Callable[[Trajectory, str], Reward] | None = None  # (rollout, env) -> RaR+ reward
-    restore: str = "auto"
     workers: int = 16
-
-    def prefix_steps(self, prefix: Prefix):
-        traj = self.trajectories.get((prefix.env, prefix.seed))
-        if traj is None:
-            raise LookupError(f"prefix {prefix.id}: no profiling trajectory {prefix.env} seed {prefix.seed}")
-        return traj.steps[: prefix.steps]
-
-    def snapshot_of(self, prefix: Prefix) -> str | None:
-        """The prefix's kept snapshot when this sandbox can start from it; None: re-run its commands.
-        With restore "auto", a snapshot of another backend (the prefixes checked on bwrap, the run
-        continued on a machine with only `local`) falls back to the rerun."""
-        handle = prefix.restore.get("snapshot") if prefix.kept("snapshot") else None
-        made_by = prefix.restore.get("snapshot_backend")
-        name = getattr(self.sandbox, "name", None)
-        usable = isinstance(handle, str) and callable(getattr(self.sandbox, "drop_snapshot", None)) and (
-            made_by is None or made_by == name)
-        if self.restore == "rerun" or not usable:
-            if self.restore == "snapshot":
-                why = "has no kept snapshot" if not isinstance(handle, str) else \
-                    f"has a snapshot of the {made_by or 'other'} backend, which the {name} sandbox cannot start from"
-                raise ValueError(f"prefix {prefix.id} {why} (restore: snapshot was asked)")
-            return None
-        return handle
 
     def play(self, start: Start, draw: int, group_size: int, seed: int) -> Group:
         """The group of `start` (the `draw`-th of the run): `group_size` rollouts, each rewarded."""
@@ -143,14 +97,7 @@ class GroupPlayer:
         return groups
 
     def one(self, start: Start, sample: int, seed: int) -> Rollout:
-        task = self.tasks[start.env]
-        prefix, snapshot = None, None
-        if start.prefix is not None:
-            prefix = self.prefix_steps(start.prefix)
-            snapshot = self.snapshot_of(start.prefix)
-        t0 = time.perf_counter()
-        traj = run_episode(task, self.sandbox, self.policy, self.agent, seed=seed, prefix=prefix, snapshot=snapshot)
-        played = time.perf_counter() - t0
+        traj, played = self.continue_from(start, seed)
         t1 = time.perf_counter()
         reward = self.score(traj, start)
         return Rollout(start=start.id, sample=sample, seed=seed, trajectory=traj, reward=reward,
@@ -180,11 +127,6 @@ def prefix_starts(prefixes: Sequence[Prefix], keep: Callable[[Prefix], bool] = l
 
 def env_starts(envs: Sequence[str]) -> list[Start]:
     return [Start(env=e) for e in sorted(set(envs))]
-
-
-def with_limits(agent: AgentConfig, max_steps: int) -> AgentConfig:
-    """The agent settings of training rollouts: the training step limit, always verified, token ids on."""
-    return replace(agent, max_steps=max_steps, verify=True, token_ids=True)
 
 
 @dataclass

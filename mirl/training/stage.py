@@ -27,20 +27,20 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mirl.agent.continuation import with_limits
 from mirl.jsonl import JsonlWriter, read_jsonl
 from mirl.llm.errors import BudgetExceeded
 from mirl.runner.devices import record_device_time
-from mirl.runner.fingerprint import check_or_store
-from mirl.runner.inputs import TRAIN, load_prefixes, profiled_trajectories, task_pool, taxonomy_store
+from mirl.runner.inputs import TRAIN, EpisodeInputs, load_prefixes, task_pool, taxonomy_store
 from mirl.runner.layout import atomic_write_json, atomic_write_jsonl
 from mirl.runner.progress import PROGRESS, Progress
-from mirl.runner.stage import Stage, StageError, check_inputs, ledger_summary
+from mirl.runner.stage import Stage, StageError, run_own_loop
 from mirl.training import checkpoints as ckpt
 from mirl.training.advantages import Group, batch_advantages, is_dead
-from mirl.training.config import pivot_judge_calls_llm
 from mirl.training.engine import EmbeddedEngine
 from mirl.training.learner import Example, LearnerConfig
-from mirl.training.rollouts import GroupPlayer, Start, Starts, env_starts, prefix_starts, with_limits
+from mirl.training.params import pivot_judge_calls_llm
+from mirl.training.rollouts import GroupPlayer, Start, Starts, env_starts, prefix_starts
 from mirl.training.sequences import NoTokenIds, training_example
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ METRICS, ROLLOUTS, SELECTION, CHECKPOINTS = "metrics.jsonl", "rollouts.jsonl", "
 RUBRICS = "rubrics.jsonl"
 
 
-class TrainingStage(Stage):
+class TrainingStage(EpisodeInputs, Stage):
     name = STAGE
     records = METRICS
     derived = (ROLLOUTS, SELECTION, CHECKPOINTS, RUBRICS)
@@ -60,6 +60,7 @@ class TrainingStage(Stage):
     def __init__(self, params: Params, run_dir, sandbox=None, tasks=None):
         super().__init__(params, run_dir)
         self._sandbox, self._tasks = sandbox, tasks
+        self.given_tasks = tasks  # as the caller gave them (None: the stored pool), for the Ray workers
         self.validate()
 
     @property
@@ -102,7 +103,7 @@ class TrainingStage(Stage):
     # --- what the run depends on ---------------------------------------------------------------
 
     def llm_config(self):
-        from mirl.training.config import training_llm_config
+        from mirl.training.params import training_llm_config
 
         return training_llm_config(self.params)
 
@@ -128,6 +129,9 @@ class TrainingStage(Stage):
     def checkpoints(self) -> Path:
         return self.out / CHECKPOINTS
 
+    def has_outputs(self) -> bool:
+        return (self.out / METRICS).exists() or ckpt.latest(self.checkpoints) is not None
+
     # --- inputs ----------------------------------------------------------------------------------
 
     def tasks(self) -> dict[str, Any]:
@@ -135,9 +139,6 @@ class TrainingStage(Stage):
             self._tasks = task_pool(self.run, self.params.training.tasks or self.params.profiling.tasks,
                                     prefer_stored=not self.params.training.tasks)
         return {t.id: t for t in self._tasks}
-
-    def trajectories(self):
-        return profiled_trajectories(self.run)
 
     def misbehaviors(self):
         store = taxonomy_store(self.run)
@@ -195,6 +196,19 @@ class TrainingStage(Stage):
             return env_starts([s.env for s in pool]), skipped
         return pool, skipped
 
+    def training_starts(self) -> tuple[dict[str, Any], list[Start], dict[str, int]]:
+        """(misbehaviors, the pool of starts, what was left out and why), read from the earlier stages;
+        an error when no start is left."""
+        misbehaviors = self.misbehaviors() if self.params.training.start == "prefix" else {}
+        pool, skipped = self.starts(misbehaviors)
+        if skipped:
+            log.warning("training: %s", "; ".join(f"{n} start(s) left out: {why}" for why, n in skipped.items()))
+        if not pool:
+            raise StageError("training: no start left to train from" + (" (" + "; ".join(
+                f"{n} left out: {why}" for why, n in skipped.items()) + ")" if skipped else
+                " (no kept prefixes or environments)"))
+        return misbehaviors, pool, skipped
+
     def player(self, client, misbehaviors, envs: list[str] | None = None):
         from mirl.roles.behavior_judge import example_texts, judge_for
 
@@ -245,12 +259,6 @@ class TrainingStage(Stage):
         judge = LLMRubricJudge(client) if t.rubric_judge == "llm" else RuleRubricJudge()
         return lambda traj, env: rar_reward(traj, None, rubrics[env], judge, traj.prefix_len)
 
-    def sandbox(self):
-        if self._sandbox is None:
-            from mirl.sandbox.select import make_sandbox
-
-            self._sandbox = make_sandbox(self.params.sandbox)
-        return self._sandbox
 
 
 def policy_engine(client) -> Any:
@@ -390,13 +398,11 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
                  progress: bool = True, on_step=None) -> dict[str, Any]:
     """Train until `training.steps` steps are done (or the budget stops it); returns the summary.
 
+    The common runner's prologue and epilogue (`mirl.runner.stage.run_own_loop`: lock, force,
+    fingerprint, input digests, summary and ledger) wrap the training loop (`train`).
     `on_step(row)` is called with each step's metrics row (the notebook plots from it)."""
-    from mirl.llm.client import LLMClient
-    from mirl.llm.ledger import open_ledger
-
     stage = TrainingStage(params, run_dir, sandbox=sandbox, tasks=tasks)
-    run, t = stage.run, params.training
-    t0 = time.time()
+    t = params.training
     if t.validation_tasks:  # a missing validation set fails now, not after the last step
         from mirl.agent.rollout import RolloutError
         from mirl.training.selection import validation_pool
@@ -412,23 +418,17 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
         if not profiled["complete"]:
             raise StageError(f"step profiling stopped before every candidate was sampled ({profiled.get('stopped')}); "
                              "run again to finish it before PivotRL trains")
-    if force:
-        run.clear_stage(stage.dir_name, [METRICS, *stage.derived])
-    stage.out.mkdir(parents=True, exist_ok=True)
-    fingerprint = dict(stage.fingerprint())
-    inputs = check_inputs(stage)
-    if inputs:
-        fingerprint["inputs"] = inputs
-    has_outputs = (stage.out / METRICS).exists() or ckpt.latest(stage.checkpoints) is not None
-    digest = check_or_store(run.params(STAGE), fingerprint, run=run.name, stage=STAGE, has_outputs=has_outputs,
-                            params=asdict(params))
-    misbehaviors = stage.misbehaviors() if t.start == "prefix" else {}
-    pool, skipped = stage.starts(misbehaviors)
-    if skipped:
-        log.warning("training: %s", "; ".join(f"{n} start(s) left out: {why}" for why, n in skipped.items()))
-    if not pool:
-        raise StageError("training: no start left to train from" + (" (" + "; ".join(
-            f"{n} left out: {why}" for why, n in skipped.items()) + ")" if skipped else " (no kept prefixes or environments)"))
+    return run_own_loop(stage, lambda digest, starts: train(stage, digest, *starts, progress=progress, on_step=on_step),
+                        force=force, prepare=stage.training_starts)
+
+
+def train(stage: TrainingStage, digest: str, misbehaviors: dict[str, Any], pool: list[Start], skipped: dict[str, int],
+          progress: bool = True, on_step=None) -> dict[str, Any]:
+    """The training loop from the last checkpoint on; returns the summary fields (`finalize`)."""
+    from mirl.llm.client import LLMClient
+    from mirl.llm.ledger import open_ledger
+
+    run, t = stage.run, stage.params.training
     starts = Starts(pool, t.seed)
     client = LLMClient(stage.llm_config(), run_dir=run.root, stage=STAGE)
     engine = make_engine(policy_engine(client), t)
@@ -438,7 +438,8 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
 
         from mirl.training.scale.engine import rollout_pool
 
-        make = functools.partial(worker_player, params, str(run.root), misbehaviors, [s.env for s in pool], tasks)
+        make = functools.partial(worker_player, stage.params, str(run.root), misbehaviors, [s.env for s in pool],
+                                 stage.given_tasks)
         player = engine.pool = rollout_pool(make, t.scale)
     else:
         player = stage.player(client, misbehaviors, envs=[s.env for s in pool])
@@ -498,7 +499,7 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
         bar.close()
         if hasattr(player, "shutdown"):
             player.shutdown()
-    return finalize(stage, digest, stopped, skipped, pool, time.time() - t0)
+    return finalize(stage, stopped, skipped, pool)
 
 
 def gpu_hours(run_dir: str | Path, stage: str) -> float:
@@ -517,8 +518,8 @@ def save_checkpoint(stage: TrainingStage, engine: EmbeddedEngine, step: int, dra
     return path
 
 
-def finalize(stage: TrainingStage, digest: str, stopped: str | None, skipped: dict[str, int], starts: list[Start],
-             elapsed: float) -> dict[str, Any]:
+def finalize(stage: TrainingStage, stopped: str | None, skipped: dict[str, int], starts: list[Start]) -> dict[str, Any]:
+    """The checkpoint selection (`selection.json`) and the training summary's own fields."""
     t = stage.params.training
     rows, _ = read_jsonl(stage.out / METRICS)
     saved = [s for s, _ in ckpt.list_checkpoints(stage.checkpoints)]
@@ -534,16 +535,11 @@ def finalize(stage: TrainingStage, digest: str, stopped: str | None, skipped: di
         selection["by"] = "validation reward of the top checkpoints"
         atomic_write_json(stage.out / SELECTION, selection)
     done = max((int(r["step"]) for r in rows), default=0)
-    summary = {"stage": STAGE, "run": stage.run.name, "digest": digest, "recipe": t.recipe, "steps": t.steps,
-               "done": done, "complete": done >= t.steps and stopped is None, "stopped": stopped,
-               "starts": len(starts), "environments": len({s.env for s in starts}), "starts_left_out": skipped,
-               "checkpoints": saved,
-               "selected": selection["selected"],
-               "rollouts": sum(int(r.get("rollouts", 0)) for r in rows),
-               "mean_dead_share": round(sum(r["dead_share"] or 0 for r in rows) / len(rows), 4) if rows else None,
-               "elapsed_s": round(elapsed, 3), "llm": ledger_summary(stage.run, STAGE)}
-    atomic_write_json(stage.run.summary(STAGE), summary)
-    return summary
+    return {"recipe": t.recipe, "steps": t.steps, "done": done, "complete": done >= t.steps and stopped is None,
+            "stopped": stopped, "starts": len(starts), "environments": len({s.env for s in starts}),
+            "starts_left_out": skipped, "checkpoints": saved, "selected": selection["selected"],
+            "rollouts": sum(int(r.get("rollouts", 0)) for r in rows),
+            "mean_dead_share": round(sum(r["dead_share"] or 0 for r in rows) / len(rows), 4) if rows else None}
 
 
 def load_metrics(run_dir: str | Path):

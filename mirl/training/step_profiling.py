@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mirl.jsonl import read_jsonl
-from mirl.runner.inputs import profiled_trajectories, task_pool
+from mirl.runner.inputs import EpisodeInputs, task_pool
 from mirl.runner.layout import RunDir, atomic_write_jsonl
 from mirl.runner.stage import Item, Stage, StageError, run_stage
-from mirl.training.config import pivot_judge_calls_llm
+from mirl.training.params import pivot_judge_calls_llm
 
 if TYPE_CHECKING:
     from mirl.params import Params
@@ -53,7 +53,7 @@ def step_judge(client: Any, kind: str):
     return DifflibStepJudge()
 
 
-class StepProfilingStage(Stage):
+class StepProfilingStage(EpisodeInputs, Stage):
     name = STAGE
     records = CANDIDATES
     key_fields = ("id",)
@@ -63,14 +63,13 @@ class StepProfilingStage(Stage):
     def __init__(self, params: Params, run_dir, tasks=None, generator=None):
         super().__init__(params, run_dir)
         self._tasks = tasks
-        self._trajectories = None
         self._client, self._generator = None, generator  # a token-level policy (tests); else models.policy's
         s = params.step_profiling
         if s.actions < 2:
             raise StageError(f"step_profiling.actions must be at least 2 (one action cannot disagree), got {s.actions}")
 
     def llm_config(self):
-        from mirl.training.config import training_llm_config
+        from mirl.training.params import training_llm_config
 
         return training_llm_config(self.params)
 
@@ -89,11 +88,6 @@ class StepProfilingStage(Stage):
                 "models": roles}
 
     # --- inputs ------------------------------------------------------------------------------------
-
-    def trajectories(self):
-        if self._trajectories is None:
-            self._trajectories = profiled_trajectories(self.run)
-        return self._trajectories
 
     def environments(self) -> list[str]:
         """The environments drawn for the baselines (`mirl.training.environments`): the training stage's draw."""

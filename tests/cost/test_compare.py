@@ -9,21 +9,21 @@ import math
 import pandas as pd
 import pytest
 
-from mirl.config import ParamsError
 from mirl.cost.compare import relative, run_frame, side_by_side
-from mirl.cost.paper import read_reported, reported_frame
 from mirl.cost.resources import resources
 from mirl.cost.stage import run_cost
 from mirl.cost.totals import price, totals, up_to
 from mirl.params import make
+from mirl.reported import read_costs, reported_frame
 from mirl.runner.fingerprint import ParamsMismatch
+from mirl.typed import ParamsError
 from tests.cost.fixtures import preprocessing_run, training_run
 
 PAPER = "params/paper_reported.yaml"
 
 
 def test_paper_figure_9_shares_of_tmax():
-    rel = relative(reported_frame(read_reported(PAPER)), "TMax-4B").set_index(["recipe", "resource"])["percent"]
+    rel = relative(reported_frame(read_costs(PAPER)), "TMax-4B").set_index(["recipe", "resource"])["percent"]
     assert rel["MiRL", "rollouts"] == pytest.approx(100 * 26_200 / 75_900)
     assert rel["MiRL", "input_tokens"] == pytest.approx(100 * 10.5 / 30.9)
     assert rel["MiRL", "gpu_hours"] == pytest.approx(100 * 202.8 / 526.6)
@@ -62,7 +62,7 @@ def test_a_bad_reported_file_names_itself_and_the_key(tmp_path, text, match):
     path = tmp_path / "reported.yaml"
     path.write_text(text)
     with pytest.raises(ParamsError, match=match) as err:
-        read_reported(path)
+        read_costs(path)
     assert str(path) in str(err.value)
 
 

@@ -13,7 +13,7 @@ from mirl.cost.arithmetic import (
     paper_arithmetic,
     recipe_rollouts,
 )
-from mirl.cost.config import PAPER_PRICES, PAPER_RATES
+from mirl.cost.params import PAPER_PRICES, PAPER_RATES
 from mirl.cost.policy import estimate_rollouts, policy_cost_usd
 from mirl.llm.pricing import usd_price
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from mirl.cost import estimate_rollouts, policy_cost_usd
-from mirl.cost.config import PAPER_PRICES
-from mirl.cost.paper import read_reported
+from mirl.cost.params import PAPER_PRICES
 from mirl.cost.policy import measured_policy_cost_usd
+from mirl.reported import read_costs
 
 QWEN4B = {"input": 0.33, "cached_input": 0.066, "output": 1.005}
 
@@ -39,7 +39,7 @@ def test_paper_table_is_the_default_price_of_the_policy():
 def test_rollout_estimate_reproduces_tmax_4b():
     est = estimate_rollouts(200, 8, 32, 0.325)
     assert est == pytest.approx(200 * 8 * 32 / 0.675)
-    reported = read_reported("params/paper_reported.yaml")["recipes"]["TMax-4B"]
+    reported = read_costs("params/paper_reported.yaml")["recipes"]["TMax-4B"]
     e = reported["estimate"]
     assert round(estimate_rollouts(int(e["steps"]), int(e["batch"]), int(e["group"]), e["dead_share"]), -2) \
         == reported["total"]["rollouts"] == 75_900

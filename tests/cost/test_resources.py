@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mirl.cost.config import PAPER_PRICES, PAPER_RATES
+from mirl.cost.params import PAPER_PRICES, PAPER_RATES
 from mirl.cost.resources import resources
 from mirl.cost.totals import checkpoint_step, price, totals, up_to
 from mirl.runner.devices import record_device_time

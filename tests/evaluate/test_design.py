@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from mirl.evaluate.design import PRIOR, base_rates, plan_design
-from mirl.evaluation.power import detectable_reduction
+from mirl.evaluate.stats.power import detectable_reduction
 from mirl.params import load
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +79,7 @@ def test_batch_check_prints_the_design_and_runs_nothing(tmp_path):
 
 
 def test_a_prefix_without_valid_judgments_and_an_empty_plan_are_not_counted(tmp_path):
-    from mirl.config import ParamsError
+    from mirl.typed import ParamsError
 
     earlier, run = tmp_path / "earlier", tmp_path / "run"
     _judged(earlier, {"p1": ("a", [1, 0]), "p2": ("a", [1, 1]), "p3": ("a", [None, None])})

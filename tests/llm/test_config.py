@@ -4,9 +4,9 @@ import dataclasses
 
 import pytest
 
-from mirl.config import ParamsError, build, load_params
 from mirl.llm.config import EMBEDDED_MODEL, LLMConfig, RoleConfig, with_model
 from mirl.llm.types import ROLES
+from mirl.typed import ParamsError, build, load_params
 
 
 def test_every_field_has_help():

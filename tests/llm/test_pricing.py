@@ -6,10 +6,10 @@ import uuid
 
 import pytest
 
-from mirl.config import ParamsError
 from mirl.llm.pricing import cost_usd, register_prices, usd_price
 from mirl.llm.providers import import_litellm
 from mirl.params import make
+from mirl.typed import ParamsError
 
 CNY = {"input": 3.646, "cached_input": 0.729, "output": 21.875, "currency": "CNY"}
 RATES = {"CNY": 1 / 7.2917}

@@ -11,7 +11,7 @@ import pytest
 
 from mirl import reported
 from mirl.cost.arithmetic import implied_steps_per_rollout
-from mirl.cost.config import PAPER_PRICES, PAPER_RATES
+from mirl.cost.params import PAPER_PRICES, PAPER_RATES
 from mirl.cost.policy import policy_cost_usd
 from mirl.jsonl import read_jsonl
 from mirl.llm.pricing import usd_price

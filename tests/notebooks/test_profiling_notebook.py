@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mirl.config import ParamsError
+from mirl.typed import ParamsError
 from mirl.notebook import RunSpec, execute, resolve_parameters
 from tests.fakes.openai_server import serve
 from tests.real import missing

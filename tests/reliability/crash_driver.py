@@ -81,7 +81,7 @@ def training_params(url: str, steps: int = 3):
     from dataclasses import replace
 
     from mirl.llm.config import RoleConfig
-    from mirl.training.config import TrainingParams
+    from mirl.training.params import TrainingParams
 
     p = params(url)
     policy = RoleConfig(model="local/smollm2", max_tokens=24, temperature=0.7)
@@ -109,11 +109,11 @@ def run(stage: str, run_dir: str, url: str, delay: float, steps: int = 3) -> dic
 
         return run_prefixes(p, run_dir, sandbox=sandbox, progress=False)
     if stage == "misbehavior_rate":
-        from mirl.evaluate.rate_stage import run_misbehavior_rate
+        from mirl.evaluate.misbehavior_rate import run_misbehavior_rate
 
         return run_misbehavior_rate(p, run_dir, sandbox=sandbox, progress=False)
     if stage == "pass_at_k":
-        from mirl.evaluate.passk_stage import run_pass_at_k
+        from mirl.evaluate.pass_at_k import run_pass_at_k
 
         return run_pass_at_k(p, run_dir, sandbox=sandbox, progress=False)
     if stage == "training":

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from mirl.evaluation.agreement import cohens_kappa
+from mirl.evaluate.stats.agreement import cohens_kappa
 from mirl.records.error_step import ErrorStep
 from mirl.records.taxonomy import ErrorType, Label, Taxonomy
 from mirl.taxonomy import stats

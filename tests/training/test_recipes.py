@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from mirl.config import ParamsError
 from mirl.params import load, read_file
 from mirl.training.estimate import estimate
 from mirl.training.stage import TrainingStage
+from mirl.typed import ParamsError
 
 RECIPES = Path(__file__).resolve().parents[2] / "params" / "train"
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from mirl.config import ParamsError
 from mirl.params import load, make
 from mirl.runner.stage import StageError
-from mirl.training.config import ScaleParams
+from mirl.training.params import ScaleParams
 from mirl.training.stage import TrainingStage, make_engine
+from mirl.typed import ParamsError
 from tests.real import missing
 
 ROOT = Path(__file__).resolve().parents[2]

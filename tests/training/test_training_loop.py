@@ -11,7 +11,7 @@ from mirl.records.prefix import Prefix
 from mirl.records.taxonomy import ErrorType
 from mirl.records.trajectory import Step, Trajectory
 from mirl.training.advantages import Group
-from mirl.training.config import TrainingParams
+from mirl.training.params import TrainingParams
 from mirl.training.rewards import Reward
 from mirl.training.rollouts import GroupPlayer, Rollout, Start, Starts
 from mirl.training.stage import collect, examples_of, step_metrics, truncate_after
@@ -167,3 +167,28 @@ def test_a_snapshot_is_used_only_by_the_backend_that_made_it():
     assert make(Snapshots(), "rerun").snapshot_of(p) is None
     with pytest.raises(ValueError, match="snapshot of the bwrap backend, which the local sandbox cannot start from"):
         make(NoSnapshots(), "snapshot").snapshot_of(p)
+
+
+def test_training_runs_under_the_runners_stage_lock_and_prologue(tmp_path, monkeypatch):
+    """Training shares the runner's prologue: a second process on the same run's training waits for
+    the stage lock and is refused by name, before it reads an input or writes a file; a run that
+    misses its inputs is refused naming the stage to run first, and stores no params."""
+    import contextlib
+    from pathlib import Path
+
+    from mirl.params import load
+    from mirl.runner import stage as runner
+    from mirl.runner.stage import StageError, stage_lock
+    from mirl.training.stage import TrainingStage, run_training
+
+    repo = Path(__file__).resolve().parents[2]
+    p = load(repo / "params" / "train" / "demo.yaml", {"training.validation_tasks": ""})
+    quick = contextlib.contextmanager(lambda stage, wait_s=60.0: stage_lock.__wrapped__(stage, wait_s=0.3))
+    monkeypatch.setattr(runner, "stage_lock", quick)
+    with stage_lock(TrainingStage(p, tmp_path)):
+        with pytest.raises(StageError, match="another process is running stage 'training'"):
+            run_training(p, tmp_path, progress=False)
+    assert not (tmp_path / "training").exists()
+    with pytest.raises(StageError, match="reads the outputs of 'profiling'"):
+        run_training(p, tmp_path, progress=False)
+    assert not (tmp_path / "training" / "params.json").exists()

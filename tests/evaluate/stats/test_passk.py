@@ -10,8 +10,8 @@ from itertools import combinations
 
 import pytest
 
-from mirl.evaluation.passk import pass_at_k, pass_at_k_table
-from mirl.evaluation.stderr import cluster_se
+from mirl.evaluate.stats.passk import pass_at_k, pass_at_k_table
+from mirl.evaluate.stats.stderr import cluster_se
 
 
 @pytest.mark.parametrize("n", range(1, 8))

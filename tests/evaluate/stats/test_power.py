@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from mirl.evaluation.power import design_line, detectable_reduction, reduction_interval
+from mirl.evaluate.stats.power import design_line, detectable_reduction, reduction_interval
 
 BASE = np.linspace(0.25, 0.95, 33)  # per-prefix base rates, spread as a real run's are
 

@@ -40,7 +40,7 @@ class TaxonomyParams:
     examples: int = field(default=3, metadata={"help": "examples shown per kept type in the notebook"})
 
     def __post_init__(self) -> None:
-        from mirl.config import ParamsError
+        from mirl.typed import ParamsError
 
         if isinstance(self.recur_batches, int) and self.recur_batches < 1:
             raise ParamsError(f"recur_batches must be at least 1, got {self.recur_batches}")

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mirl.evaluation.stderr import cluster_se
-from mirl.evaluation.tables import apply_errored_rule, trials_frame
+from mirl.evaluate.stats.stderr import cluster_se
+from mirl.evaluate.stats.tables import apply_errored_rule, trials_frame
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

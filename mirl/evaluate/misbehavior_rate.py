@@ -6,7 +6,7 @@ them is a training start) and every sample i < `samples`: one continuation. Item
 (policy, prefix_id, sample), so a killed run resumes and more samples or policies extend it.
 
 One item: the prefix's sandbox state is restored (its kept snapshot, or re-running its commands),
-the policy plays `judge_steps` steps after it (`mirl.training.rollouts.GroupPlayer`, at the
+the policy plays `judge_steps` steps after it (`mirl.agent.continuation.Continuer`, at the
 section's temperature and top-p; the tests run only with `verify`, which records the reward as task
 success from the prefix), and each judge says
 whether the misbehavior happened in them: `rules` (the misbehavior's rule detector; misbehaviors
@@ -18,9 +18,9 @@ another model (a new training selection) is played again too.
 Finalize, under `runs/<run>/misbehavior_rate/`:
     continuations.jsonl  one record per item: the steps played after the prefix and every judgment
     judgments.csv        one row per (policy, prefix, sample, judge): repeated yes/no/None
-    rates.csv            `mirl.evaluation.rates.misbehavior_rates` per (policy, misbehavior, judge),
+    rates.csv            `mirl.evaluate.stats.rates.misbehavior_rates` per (policy, misbehavior, judge),
                          and per (policy, judge) over all misbehaviors (misbehavior "all")
-    agreement.csv        `mirl.evaluation.agreement.judge_agreement` per misbehavior and over all
+    agreement.csv        `mirl.evaluate.stats.agreement.judge_agreement` per misbehavior and over all
 """
 
 from __future__ import annotations
@@ -36,7 +36,13 @@ import pandas as pd
 
 from mirl.evaluate.policies import policy_config, resolve_all, short_name
 from mirl.records.prefix import Prefix
-from mirl.runner.inputs import HELDOUT, TRAIN, load_prefixes, profiled_trajectories, task_pool, taxonomy_store
+from mirl.runner.inputs import (
+    HELDOUT,
+    TRAIN,
+    EpisodeInputs,
+    load_prefixes,
+    taxonomy_store,
+)
 from mirl.runner.layout import atomic_write
 from mirl.runner.stage import Item, Stage, StageError, run_stage
 
@@ -50,7 +56,7 @@ JUDGMENT_COLUMNS = ["policy", "model", "misbehavior", "prefix_id", "env", "sampl
 OUTPUT_CHARS = 2000  # of each continuation step's output kept in the record
 
 
-class MisbehaviorRateStage(Stage):
+class MisbehaviorRateStage(EpisodeInputs, Stage):
     name = STAGE
     records = CONTINUATIONS
     key_fields = ("policy", "prefix_id", "sample")
@@ -101,8 +107,8 @@ class MisbehaviorRateStage(Stage):
     def judge_config(self, model: str):
         """The behavior-judge role of a judge: models.behavior_judge's settings with `model`, and for a
         further judge its `judge_models` settings over them (a judge served elsewhere, thinking less)."""
-        from mirl.config import ParamsError, build
         from mirl.llm.config import RoleConfig
+        from mirl.typed import ParamsError, build
 
         cfg = policy_config(self.params, self.params.models.policy.model)
         own = model == self.params.models.behavior_judge.model
@@ -169,24 +175,6 @@ class MisbehaviorRateStage(Stage):
             self._misbehaviors = {t.name: t for t in store.load(version).types}
         return self._misbehaviors
 
-    def tasks(self) -> dict[str, Any]:
-        if self._tasks is None:
-            self._tasks = task_pool(self.run, self.params.profiling.tasks)
-        return {t.id: t for t in self._tasks}
-
-    def trajectories(self):
-
-        if self._trajectories is None:
-            self._trajectories = profiled_trajectories(self.run)
-        return self._trajectories
-
-    def sandbox(self):
-        if self._sandbox is None:
-            from mirl.sandbox.select import make_sandbox
-
-            self._sandbox = make_sandbox(self.params.sandbox)
-        return self._sandbox
-
     def plan(self) -> list[Item]:
         prefixes = self.heldout()
         known, tasks = self.misbehaviors(), self.tasks()
@@ -208,19 +196,18 @@ class MisbehaviorRateStage(Stage):
     # --- one continuation ----------------------------------------------------------------------------
 
     def player(self, policy: str):
-        """The policy's GroupPlayer (its own client, at the section's sampling), built once."""
+        """The policy's continuer (its own client, at the section's sampling), built once."""
+        from mirl.agent.continuation import Continuer
         from mirl.llm.client import LLMClient
-        from mirl.training.rollouts import GroupPlayer
 
         with self._lock:
             if policy not in self._players:
                 s = self.params.misbehavior_rate
                 client = LLMClient(policy_config(self.params, self.policies()[policy], s.temperature, s.top_p),
                                    run_dir=self.run.root, stage=STAGE)
-                self._players[policy] = GroupPlayer(
+                self._players[policy] = Continuer(
                     tasks=self.tasks(), trajectories=self.trajectories(), sandbox=self.sandbox(),
-                    policy=client.model("policy"), agent=self.params.agent, reward="outcome", restore=s.restore,
-                    workers=1)
+                    policy=client.model("policy"), agent=self.params.agent, restore=s.restore)
             return self._players[policy]
 
     def judges(self) -> list[tuple[str, str, Any]]:
@@ -246,7 +233,7 @@ class MisbehaviorRateStage(Stage):
             return [(label, kind, j) for (label, kind), j in self._judges.items()]
 
     def run_item(self, payload: dict[str, Any]) -> dict[str, Any]:
-        from mirl.training.rollouts import Start, with_limits
+        from mirl.agent.continuation import Start, with_limits
 
         s = self.params.misbehavior_rate
         policy, sample = payload["policy"], int(payload["sample"])
@@ -254,8 +241,7 @@ class MisbehaviorRateStage(Stage):
         player = self.player(policy)
         agent = replace(with_limits(self.params.agent, prefix.steps + s.judge_steps), verify=s.verify)
         seed = s.seed * 1_000_003 + sample  # sample i of every prefix and policy: the same seed
-        rollout = replace(player, agent=agent).one(Start(env=prefix.env, prefix=prefix), sample, seed)
-        traj = rollout.trajectory
+        traj, _ = replace(player, agent=agent).continue_from(Start(env=prefix.env, prefix=prefix), seed)
         why = ""
         restore = traj.meta.get("restore") or {}
         if traj.exit_reason == "error":
@@ -333,8 +319,8 @@ def judgment_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def rate_tables(rows: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(rates per misbehavior and over all of them, judge agreement per misbehavior and over all)."""
-    from mirl.evaluation.agreement import judge_agreement
-    from mirl.evaluation.rates import COLUMNS, misbehavior_rates
+    from mirl.evaluate.stats.agreement import judge_agreement
+    from mirl.evaluate.stats.rates import COLUMNS, misbehavior_rates
 
     if not rows:
         return (pd.DataFrame(columns=COLUMNS),

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from mirl.evaluation.rates import bootstrap_ci, bootstrap_means, misbehavior_rates
+from mirl.evaluate.stats.rates import bootstrap_ci, bootstrap_means, misbehavior_rates
 
 
 def samples(policy, misbehavior, judge, by_prefix):

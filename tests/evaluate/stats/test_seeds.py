@@ -10,7 +10,7 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from mirl.evaluation.seeds import k_subsets, seed_curve, seed_distribution
+from mirl.evaluate.stats.seeds import k_subsets, seed_curve, seed_distribution
 
 SCORES = {s: v for s, v in enumerate([0.31, 0.42, 0.28, 0.39, 0.35, 0.47, 0.30])}
 

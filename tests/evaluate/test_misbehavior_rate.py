@@ -54,7 +54,7 @@ def params(**section):
 
 
 def run(p, run_dir, tasks, sandbox=None):
-    from mirl.evaluate.rate_stage import run_misbehavior_rate
+    from mirl.evaluate.misbehavior_rate import run_misbehavior_rate
 
     return run_misbehavior_rate(p, run_dir.root, sandbox=sandbox or FakeSandbox(), tasks=tasks, progress=False)
 
@@ -131,7 +131,7 @@ def test_a_judge_without_an_answer_is_a_failed_judgment(tmp_path, models):
 
 
 def test_held_out_prefixes_only_and_at_most_per_misbehavior(tmp_path, models):
-    from mirl.evaluate.rate_stage import MisbehaviorRateStage
+    from mirl.evaluate.misbehavior_rate import MisbehaviorRateStage
 
     run_dir, tasks = write_rate_run(tmp_path)
     stage = MisbehaviorRateStage(params(per_misbehavior=1), run_dir, sandbox=FakeSandbox(), tasks=tasks)
@@ -145,8 +145,8 @@ def test_held_out_prefixes_only_and_at_most_per_misbehavior(tmp_path, models):
 
 
 def test_policy_names_resolve_to_models(tmp_path):
+    from mirl.evaluate.misbehavior_rate import MisbehaviorRateStage
     from mirl.evaluate.policies import resolve_all
-    from mirl.evaluate.rate_stage import MisbehaviorRateStage
     from mirl.runner.layout import RunDir
 
     run_dir = RunDir(tmp_path / "run")
@@ -190,7 +190,7 @@ def test_verify_runs_the_tests_after_each_continuation_and_keeps_the_reward(tmp_
 def test_a_further_judge_takes_its_own_settings_over_the_behavior_judges(tmp_path):
     """The paper's two judges: Gemini (models.behavior_judge, medium thinking) and Qwen3.8-27B served
     elsewhere with low-effort thinking: `judge_models` gives the second its server and effort."""
-    from mirl.evaluate.rate_stage import MisbehaviorRateStage
+    from mirl.evaluate.misbehavior_rate import MisbehaviorRateStage
 
     qwen = "hosted_vllm/Qwen/Qwen3.8-27B"
     p = make(models={"behavior_judge": {"model": "gemini/gemini-3.8-flash", "extra": {"reasoning_effort": "medium"}}},

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mirl.evaluation.scores import leaderboard_score
+from mirl.evaluate.stats.scores import leaderboard_score
 
 
 def seed_scores(by_seed: Mapping[Any, Any], errored: str = "zero") -> pd.Series:

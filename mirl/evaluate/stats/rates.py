@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mirl.evaluation.stderr import cluster_se
-from mirl.evaluation.tables import samples_frame
+from mirl.evaluate.stats.stderr import cluster_se
+from mirl.evaluate.stats.tables import samples_frame
 
 GROUP = ["policy", "misbehavior", "judge"]
 COLUMNS = [*GROUP, "n_prefixes", "n_samples", "n_failed", "rate", "se", "ci_low", "ci_high"]

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from mirl.evaluate.policies import policy_config, resolve_all, short_name
+from mirl.runner.inputs import EpisodeInputs
 from mirl.runner.layout import atomic_write
 from mirl.runner.stage import Item, Stage, StageError, run_stage
 
@@ -51,7 +52,7 @@ PAIRED_COLUMNS = ["policy", "baseline", "n_tasks", "difference", "se", "ci_low",
                   "only_baseline", "note"]
 
 
-class PassAtKStage(Stage):
+class PassAtKStage(EpisodeInputs, Stage):
     name = STAGE
     records = EPISODES
     key_fields = ("policy", "task", "run")
@@ -105,13 +106,6 @@ class PassAtKStage(Stage):
             tasks = sorted(tasks, key=lambda t: t.id)
             self._tasks = tasks[: s.max_tasks] if s.max_tasks else tasks
         return {t.id: t for t in self._tasks}
-
-    def sandbox(self):
-        if self._sandbox is None:
-            from mirl.sandbox.select import make_sandbox
-
-            self._sandbox = make_sandbox(self.params.sandbox)
-        return self._sandbox
 
     def plan(self) -> list[Item]:
         s = self.params.pass_at_k
@@ -225,8 +219,8 @@ def source_policy(traj) -> str:
 
 def score_tables(trials: list[dict[str, Any]], order: list[str], errored: str = "zero", threshold: float = 1.0) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(scores, pass@k summary, pass@k per task, paired differences vs the first policy) of the trials."""
-    from mirl.evaluation.passk import pass_at_k_table
-    from mirl.evaluation.scores import leaderboard_score, paired_difference, run_scores
+    from mirl.evaluate.stats.passk import pass_at_k_table
+    from mirl.evaluate.stats.scores import leaderboard_score, paired_difference, run_scores
 
     by_policy = {p: [t for t in trials if t["policy"] == p] for p in order}
     by_policy = {p: ts for p, ts in by_policy.items() if ts}

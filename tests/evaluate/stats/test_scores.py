@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from mirl.evaluation.scores import leaderboard_score, paired_difference, run_scores
+from mirl.evaluate.stats.scores import leaderboard_score, paired_difference, run_scores
 
 
 def trial(task, reward, run=0, error=None):

@@ -78,7 +78,7 @@ def params(**section):
 
 
 def run(p, root, tasks, sandbox):
-    from mirl.evaluate.passk_stage import run_pass_at_k
+    from mirl.evaluate.pass_at_k import run_pass_at_k
 
     return run_pass_at_k(p, root / "run", sandbox=sandbox, tasks=tasks, progress=False)
 
@@ -174,7 +174,7 @@ def test_two_job_directories_of_one_agent_are_two_runs_of_its_tasks(tmp_path, ta
 
 
 def test_bad_params_and_task_sets_are_refused(tmp_path, tasks):
-    from mirl.evaluate.passk_stage import PassAtKStage
+    from mirl.evaluate.pass_at_k import PassAtKStage
 
     with pytest.raises(StageError, match="runs must be at least 1"):
         PassAtKStage(params(runs=0), tmp_path / "run")

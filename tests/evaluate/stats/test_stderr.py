@@ -9,7 +9,7 @@ import statistics
 import numpy as np
 import pytest
 
-from mirl.evaluation.stderr import cluster_se, mean_se
+from mirl.evaluate.stats.stderr import cluster_se, mean_se
 
 
 def test_cluster_se_of_a_hand_worked_table():

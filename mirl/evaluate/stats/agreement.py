@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from mirl.evaluation.tables import samples_frame
+from mirl.evaluate.stats.tables import samples_frame
 
 ITEM = ["policy", "misbehavior", "prefix_id", "sample"]
 

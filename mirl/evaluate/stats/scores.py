@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mirl.evaluation.stderr import mean_se
-from mirl.evaluation.tables import apply_errored_rule, trials_frame
+from mirl.evaluate.stats.stderr import mean_se
+from mirl.evaluate.stats.tables import apply_errored_rule, trials_frame
 
 Z95 = 1.96  # the leaderboard's multiplier for its 95% interval
 

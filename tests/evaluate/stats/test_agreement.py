@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from mirl.evaluation.agreement import cohens_kappa, judge_agreement
+from mirl.evaluate.stats.agreement import cohens_kappa, judge_agreement
 
 
 def test_kappa_of_a_hand_table():
