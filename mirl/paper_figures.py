@@ -440,3 +440,42 @@ def prices_beside(prices: dict[str, dict[str, Any]], reported: dict[str, Any]) -
                          "input": p.get("input"), "cached_input": p.get("cached_input", p.get("input")),
                          "output": p.get("output")} for m, p in prices.items()])
     return pd.concat([paper, run], ignore_index=True)[["source", "model", "role", "currency", "input", "cached_input", "output"]]
+
+
+# --- what the notebooks save --------------------------------------------------------------------------
+
+
+def save_taxonomy_beside(run_types: pd.DataFrame, run_table2: pd.DataFrame, reported: dict[str, Any],
+                         report_dir) -> pd.DataFrame | str:
+    """Notebook 02: Figure 4 (`taxonomy_figure4_paper`) and Table 2 (`taxonomy_table2_paper.csv`) beside
+    the paper's, each where the file holds it; the Table 2 frame, or why it is not drawn."""
+    from pathlib import Path
+
+    from mirl import plotstyle
+    from mirl.reported import absent
+
+    table = None
+    if "figure4" in reported:
+        plotstyle.save(shares_beside(run_types, reported), report_dir, "taxonomy_figure4_paper")
+    if "table2" in reported:
+        table = table2_beside(run_table2, reported)
+        table.to_csv(Path(report_dir) / "taxonomy_table2_paper.csv", index=False)
+    return absent(reported, "figure4", "table2") or table
+
+
+def save_reductions(rates: pd.DataFrame, labels: dict[str, str], reported: dict[str, Any],
+                    report_dir) -> pd.DataFrame | str:
+    """Notebook 05: each policy's relative reduction of the rates against the first policy named
+    (`misbehavior_reductions.csv`) and Figure 7's reduction panel (`misbehavior_reduction`); the table,
+    or why there is nothing to compare."""
+    from pathlib import Path
+
+    from mirl import plotstyle
+
+    red = reductions_against(rates, next(iter(labels)), labels)
+    Path(report_dir).mkdir(parents=True, exist_ok=True)
+    red.to_csv(Path(report_dir) / "misbehavior_reductions.csv", index=False)
+    if red.empty:
+        return "one policy, or no base rate above 0: nothing to compare"
+    plotstyle.save(reduction_figure(red, reported), report_dir, "misbehavior_reduction")
+    return red

@@ -8,19 +8,6 @@ the file and the key) and returns the figures as tables in the kit's units (frac
 `mirl.paper_figures` draws next to a run's own numbers: the paper's bars grey, the run's in colour.
 `read_costs` reads the cost recipes of Figures 9 and 10 (or a user's cost file) for notebook 07.
 
-    figure3c  prefix funnel             notebook 03   funnel_beside
-    figure4   error steps per type      notebook 02   shares_beside (two panels: steps, environments)
-    table2    the kept misbehaviors     notebook 02   table2_beside
-    figure5   benchmark scores          notebook 06   scores_beside
-    figure6   ablations                 notebook 06   scores_beside(..., figure="figure6")
-    figure7   misbehavior rates         notebook 05   rates_beside, reduction_figure (band: the mean rate)
-    figure8   pass@k, solve counts      notebook 06   passk_beside, solved_beside
-    figure9   cost vs TMax-4B           notebook 07   read_costs, compared in mirl.cost.compare
-    figure10  cost of four recipes      notebook 07   read_costs, compared in mirl.cost.compare
-    figure11  score vs environments     notebook 06   environments_beside
-    figure12  SE vs seeds, 16 seeds     notebook 06   seed_se_beside, seed_scores_beside
-    table4    prices                    notebook 07   prices_beside
-
 A user's file may leave a figure out by listing it under `not_transcribed` with the reason; the
 notebooks then print the reason instead of drawing. `printed_numbers` lists every (key, value, line)
 so that a script can check each number against the paper's text (`scripts/check_paper_lines.py`).

@@ -220,3 +220,21 @@ def seed_figure(curves: pd.DataFrame, labels: dict[str, str] | None = None):
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def judgment_counts(judgments: pd.DataFrame) -> pd.DataFrame:
+    """Per policy and judge, how many continuations repeated the misbehavior (True), avoided it (False)
+    or were judged by none (NaN: a failed continuation, or no rule detector)."""
+    return judgments.groupby(["policy", "judge"])["repeated"].value_counts(dropna=False).unstack(fill_value=0)
+
+
+def save_seed_curves(curves: pd.DataFrame, labels: dict[str, str], report_dir) -> pd.DataFrame | str:
+    """The standard error against the number of seeds (`seed_curves`) saved (`seed_curve.csv`, figure
+    `seed_curve`); the curves, or why there are none."""
+    from mirl import plotstyle
+
+    if curves.empty:
+        return "fewer than 4 runs per policy: no seed curve"
+    curves.to_csv(Path(report_dir) / "seed_curve.csv", index=False)
+    plotstyle.save(seed_figure(curves, labels), report_dir, "seed_curve")
+    return curves

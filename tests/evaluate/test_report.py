@@ -57,3 +57,23 @@ def test_trained_policies_sit_at_the_environments_their_run_trained_on(tmp_path)
     trained, others = environment_points(scores, {"selected": "MiRL"})
     assert trained.to_dict("records") == [{"policy": "MiRL", "environments": 47, "mean": 0.4, "se": 0.02}]
     assert others.to_dict("records") == [{"policy": "base", "mean": 0.2}]
+
+
+def test_the_seed_curve_is_saved_or_the_reason_given(tmp_path):
+    rows = [{"policy": "a", "task": t, "run": r, "reward": float((r + i) % 2), "error": None}
+            for i, t in enumerate(("t1", "t2")) for r in range(4)]
+    curves = report.seed_curves(pd.DataFrame(rows))
+    assert report.save_seed_curves(curves, {"a": "A"}, tmp_path) is curves
+    assert (tmp_path / "seed_curve.png").exists() and len(pd.read_csv(tmp_path / "seed_curve.csv")) == len(curves)
+    few = report.seed_curves(pd.DataFrame([r for r in rows if r["run"] < 3]))
+    assert report.save_seed_curves(few, {}, tmp_path / "none") == "fewer than 4 runs per policy: no seed curve"
+    assert not (tmp_path / "none").exists()
+
+
+def test_judgment_counts_tally_repeated_avoided_and_unjudged():
+    j = pd.DataFrame([{"policy": "a", "judge": "rules", "repeated": v} for v in (True, True, False, None)] +
+                     [{"policy": "b", "judge": "rules", "repeated": False}])
+    counts = report.judgment_counts(j)
+    a, b = counts.loc[("a", "rules")], counts.loc[("b", "rules")]
+    assert (a[True], a[False], b[True], b[False]) == (2, 1, 0, 1)
+    assert counts.sum(axis=1).tolist() == [4, 1]  # the unjudged one is counted too

@@ -2,7 +2,8 @@
 the prefix stage keeps their prefixes, and a few MiRL steps train it; then a resume continues.
 
 The task's tests pass by a coin flip inside the sandbox (`$RANDOM`), so groups have reward spread
-whatever a 135M model does; the behavior judge is the rule detector of "no runnable command".
+whatever a 135M model does; the behavior judge is the rule detector of a misbehavior SmolLM2 has not
+been seen to show (killing processes by a broad name), so r_e is 1 and a group's rewards are the coin's.
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ from tests.conftest import write_task
 from tests.real import missing
 
 COIN = "#!/bin/bash\necho $((RANDOM % 2)) > /logs/verifier/reward.txt\n"
-MISBEHAVIOR = "no runnable command"
+MISBEHAVIOR = "kills by a broad name"
 
 
 def params(**training):
-    # a rollout earns 1 when the coin says pass AND it avoids the prefix's misbehavior; SmolLM2 avoids it in
-    # 3-10% of continuations (measured), so a group of 6 is live with chance 0.08-0.26, and 24 tries a step
-    # leave both steps dead with chance 0.02 at the worst rate measured (1e-6 at the best)
+    # a rollout earns 1 when the coin says pass AND it avoids the prefix's misbehavior, which SmolLM2 does
+    # not show: a group of 6 is dead (six equal coins) with chance 2/64, so a step that may try 24 groups
+    # fails to find a live one with chance (1/32)^24 = 1e-36: every step trains
     base = {"steps": 2, "batch_size": 1, "group_size": 6, "max_tries": 24, "max_steps": 3, "checkpoint_every": 1,
             "lr": 1e-5, "judge": "rules", "workers": 4, "restore": "rerun"}  # small: step 2 samples much as step 1
     return make(models={"policy": {"model": "local/smollm2", "max_tokens": 40, "temperature": 0.7}},
@@ -92,7 +93,7 @@ def prefixed_run(tmp_path_factory, bwrap_sandbox, engine):
     (prof / "summary.json").write_text("{}")
     # the task pool later stages read, as the profiling stage stores it
     (prof / "params.json").write_text(json.dumps({"params": {"profiling": {"tasks": str(root / "tasks")}}}))
-    kind = ErrorType(MISBEHAVIOR, "d", provenance="rules: no-runnable-command", status="kept")
+    kind = ErrorType(MISBEHAVIOR, "d", provenance="rules: broad-kill", status="kept")
     TaxonomyStore(run.stage_dir("taxonomy")).save(Taxonomy(types=[kind]), [Label(e.id, [MISBEHAVIOR]) for e in errors])
     (run.stage_dir("taxonomy") / "summary.json").write_text("{}")
     run_prefixes(p, run.root, sandbox=bwrap_sandbox, tasks=[task], progress=False)
@@ -127,7 +128,8 @@ def check_training(run, task, profiled, bwrap_sandbox, engine, base):
         assert m["dead_share"] == round(1 - m["groups_live"] / m["groups_tried"], 4)
         assert (m.get("loss_tokens", 0) > 0) == (m["groups_live"] > 0)
     trained_steps = [m for m in metrics if m["groups_live"]]
-    assert trained_steps, "no live group in 2 steps of 24 tries each"
+    assert trained_steps == metrics, "a step found no live group in 24 tries (each group is live with chance 31/32)"
+    assert all(m["loss_tokens"] > 0 and m["loss"] is not None for m in metrics)
     # the generator has the learner's weights at every step: their log-probabilities agree
     assert all(m["logprob_abs_diff"] < 1e-3 for m in trained_steps)
     # the generator got the learner's weights; the checkpoint holds them, in Hugging Face format
