@@ -23,6 +23,7 @@ import ipywidgets as w
 import yaml
 
 from mirl.records.error_step import ErrorStep
+from mirl.records.loaders import profiled_environments
 from mirl.records.taxonomy import Label, Taxonomy, TaxonomyStore
 from mirl.records.trajectory import Step
 from mirl.runner.layout import RunDir, atomic_write
@@ -73,6 +74,10 @@ class CurationUI:
             steps, steps_file = run_error_steps(self.run)
         self.steps = list(steps)
         self.by_id = {s.id: s for s in self.steps}
+        # the share of environments is of every profiled environment, as the stage's table says (Table 2);
+        # of those with an error step when the steps come from elsewhere
+        from_profiling = steps_file is not None and steps_file == self.run.file("profiling", "error_steps.jsonl")
+        self.profiled_envs = profiled_environments(self.run) if from_profiling else None
         self.prefixes = Prefixes(self.run, steps_file)
         self.relabel = relabel
         self.message = ""
@@ -104,8 +109,8 @@ class CurationUI:
         """`stats.type_stats` of the edited taxonomy (a DataFrame, largest share first), with the status
         each type gets on Save: kept or long tail at the version's threshold, unless pinned."""
         preview = copy.deepcopy(self.taxonomy)
-        apply_threshold(preview, type_stats(preview, self.labels, self.steps), self.base.threshold)
-        return type_stats(preview, self.labels, self.steps)
+        apply_threshold(preview, type_stats(preview, self.labels, self.steps, self.profiled_envs), self.base.threshold)
+        return type_stats(preview, self.labels, self.steps, self.profiled_envs)
 
     def counts(self) -> dict[str, int]:
         """Error steps per type, as the type list shows them."""

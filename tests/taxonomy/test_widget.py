@@ -248,3 +248,17 @@ def test_every_control_has_its_css_class(ui):
         seen |= {c for c in x._dom_classes if c.startswith("mirl-")}
         todo.extend(getattr(x, "children", ()))
     assert seen == {f"mirl-{c}" for c in CONTROLS}
+
+
+def test_the_share_of_environments_is_of_every_profiled_environment(tmp_path):
+    """As the stage's table (the paper's Table 2): of the environments profiling played, when its
+    summary says how many; else of those with an error step."""
+    import json
+
+    run = make_run(tmp_path / "demo")
+    with_errors = len({s.split("/")[0] for s in FLAGGED})
+    before = CurationUI(run).stats().set_index("type")
+    assert before.loc[A, "env_share"] == pytest.approx(3 / with_errors)
+    (run / "profiling" / "summary.json").write_text(json.dumps({"environments": 30}))
+    after = CurationUI(run).stats().set_index("type")
+    assert after.loc[A, "env_share"] == pytest.approx(3 / 30) and after.loc[A, "envs"] == 3
