@@ -177,12 +177,18 @@ def rates_beside(run_rates: pd.DataFrame | None, reported: dict[str, Any], label
         run_rates[run_rates["misbehavior"] != "all"]
     panels = [(f"paper: {j}", paper[paper["judge"] == j], True) for j in JUDGES]
     panels += [(f"run: {j}", run[run["judge"] == j], False) for j in dict.fromkeys(run["judge"])]
-    height = max(len(p) for _, p, _ in panels)
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 0.32 * height + 1.8), squeeze=False)
-    for ax, (title, part, is_paper) in zip(axes[0], panels):
-        rows = [(f"{r.misbehavior[:34]} | {labels.get(r.policy, r.policy)}", float(r.rate), None, is_paper)
+    # one panel under the other: the long row labels share one left margin and every panel the same scale
+    sizes = [max(1, len(p)) for _, p, _ in panels]
+    top = max([float(p["rate"].max()) for _, p, _ in panels if len(p) and p["rate"].notna().any()] or [0.0])
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 0.26 * sum(sizes) + 1.1 * len(panels) + 0.8), squeeze=False,
+                             gridspec_kw={"height_ratios": sizes})
+    for ax, (title, part, is_paper) in zip(axes[:, 0], panels):
+        rows = [(f"{r.misbehavior[:40]} | {labels.get(r.policy, r.policy)}", float(r.rate), None, is_paper)
                 for r in part.itertuples() if r.rate == r.rate]
-        _bar_panel(ax, rows, "misbehavior rate", title)
+        _bar_panel(ax, rows, "misbehavior rate", title, xmax=max(0.05, top * 1.15))
+        if not rows:
+            ax.text(0.5, 0.5, "no rate: no continuation was judged", transform=ax.transAxes, ha="center", va="center",
+                    color=PAPER)
     fig.suptitle("Figure 7: misbehavior rates on unseen prefixes, the paper's and this run's")
     fig.tight_layout()
     return fig

@@ -231,3 +231,25 @@ def test_every_policy_is_compared_with_the_base_and_dead_groups_sit_beside_the_p
     dead = paper_figures.dead_groups_beside(0.31, "mirl", PAPER).set_index("recipe")["dead_share"]
     assert dead.to_dict() == {"MiRL": 0.422, "TMax-189": 0.273, "PivotRL": 0.253, "RaR+": 0.0013,
                               "+ env. selection": 0.429, "mirl": 0.31}
+
+
+@pytest.mark.parametrize("draw", ["shares", "scores5", "scores6", "rates", "rates_alone", "passk", "environments",
+                                  "seeds"])
+def test_every_paper_figure_is_readable_with_and_without_a_run(draw):
+    """No overlapping text and no legend larger than its data, whether the run has numbers yet or not;
+    Figure 7's rates with long labels stack their panels so every bar keeps its room."""
+    rates = pd.DataFrame([{"policy": p, "misbehavior": m, "judge": "rules", "rate": r}
+                          for p, r in (("base", 0.5), ("selected", 0.3))
+                          for m in ("no runnable command", "retry unchanged after failure")])
+    fig = {"shares": lambda: paper_figures.shares_beside(None, PAPER),
+           "scores5": lambda: paper_figures.scores_beside(None, PAPER),
+           "scores6": lambda: paper_figures.scores_beside(None, PAPER, figure="figure6"),
+           "rates": lambda: paper_figures.rates_beside(rates, PAPER, {"base": "SmolLM2", "selected": "MiRL"}),
+           "rates_alone": lambda: paper_figures.rates_beside(None, PAPER),
+           "passk": lambda: paper_figures.passk_beside(None, PAPER),
+           "environments": lambda: paper_figures.environments_beside(None, PAPER),
+           "seeds": lambda: paper_figures.seed_se_beside(None, PAPER)}[draw]()
+    assert_readable(fig)
+    if draw == "rates":
+        widths = [ax.get_window_extent().width for ax in fig.axes]
+        assert len(set(round(w) for w in widths)) == 1 and widths[0] > 0.5 * fig.bbox.width
