@@ -202,6 +202,8 @@ def assert_readable(fig) -> None:
     texts = list(fig.texts)
     for ax in fig.axes:
         texts += [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.get_xticklabels(), *ax.get_yticklabels(), *ax.texts]
+    for legend in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]:
+        texts += [legend.get_title(), *legend.get_texts()]
     boxes = [(t.get_text(), t.get_window_extent(r)) for t in texts if t.get_visible() and t.get_text().strip()]
     for i, (a, ba) in enumerate(boxes):
         for b, bb in boxes[i + 1:]:

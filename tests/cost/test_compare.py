@@ -97,3 +97,26 @@ def test_report_of_two_runs_each_cut_at_its_own_step(tmp_path):
     assert json.loads((runs / "mirl" / "cost" / "params.json").read_text())["params"]["cost"]["runs"] == ["mirl", "pre"]
     with pytest.raises(ParamsMismatch, match="cost.reference"):
         run_cost(make(cost={"runs": ["mirl", "pre"], "reference": "pre"}), runs / "mirl")
+
+
+@pytest.mark.parametrize("who", ["one run", "the paper's recipes"])
+def test_the_cost_figures_are_readable(who):
+    """The shares of the reference end inside their axes and clear of the legend (in notebook 07 a run
+    compared with itself wrote its "100%" over the legend), and the side-by-side panels do not collide."""
+    from mirl.cost.plots import relative_figure, side_by_side_figure
+    from tests.test_reported import assert_readable
+
+    if who == "one run":
+        long = pd.DataFrame([{"recipe": "demo", "phase": ph, "resource": r, "value": v, "source": "run"}
+                             for r in ("rollouts", "input_tokens", "output_tokens", "environments", "total_usd")
+                             for ph, v in (("preprocessing", 6.0), ("rl", 6.0))])
+        ref = "demo"
+    else:
+        long, ref = reported_frame(read_costs(PAPER)), "TMax-4B"
+    rel = relative(long, ref)
+    fig = relative_figure(rel)
+    assert_readable(fig)
+    ax = fig.axes[0]
+    right = ax.get_window_extent().x1
+    assert all(t.get_window_extent().x1 <= right for t in ax.texts), "a share is written past the axes"
+    assert_readable(side_by_side_figure(long))
