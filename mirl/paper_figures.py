@@ -42,7 +42,8 @@ def _bar_panel(ax, rows: list[tuple[str, float, float | None, bool]], xlabel: st
     ax.set_yticks(range(len(rows)), [r[0] for r in rows])
     ax.set_ylim(len(rows) - 0.5, -0.5)
     top = max([r[1] + (r[2] or 0) for r in rows if r[1] == r[1]] or [0.0])
-    ax.set_xlim(0, xmax if xmax is not None else max(0.05, top * 1.2))
+    # room for the value written past the longest bar, also when a fixed scale (shares: 1) is reached
+    ax.set_xlim(0, max(xmax, top * 1.12) if xmax is not None else max(0.05, top * 1.2))
     ax.set_xlabel(xlabel)
     ax.set_title(title)
 

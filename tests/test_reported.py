@@ -201,7 +201,10 @@ def assert_readable(fig) -> None:
     r = fig.canvas.get_renderer()
     texts = list(fig.texts)
     for ax in fig.axes:
-        texts += [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.get_xticklabels(), *ax.get_yticklabels(), *ax.texts]
+        (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+        ticks = [t for t in ax.get_xticklabels() if x0 - 1e-9 <= t.get_position()[0] <= x1 + 1e-9]  # drawn ones
+        ticks += [t for t in ax.get_yticklabels() if y0 - 1e-9 <= t.get_position()[1] <= y1 + 1e-9]
+        texts += [ax.title, ax.xaxis.label, ax.yaxis.label, *ticks, *ax.texts]
     for legend in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]:
         texts += [legend.get_title(), *legend.get_texts()]
     boxes = [(t.get_text(), t.get_window_extent(r)) for t in texts if t.get_visible() and t.get_text().strip()]

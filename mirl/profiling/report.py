@@ -81,8 +81,10 @@ def profile_figure(env: pd.DataFrame, first: pd.Series, detectors: pd.Series, sp
     ax = axes[0, 1]
     if not first.empty:
         counts = first.value_counts().reindex(range(int(first.max()) + 1), fill_value=0)
-        ax.bar(counts.index, counts.values, color="tab:blue")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.bar(counts.index, counts.values, width=0.8, color="tab:blue")
+        span = max(4, len(counts))  # a few step indices even when every rollout errs at step 0: a bar, not a wall
+        ax.set_xlim(-0.6, span - 0.4)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(title="Index of the first flagged step per rollout", xlabel="step index", ylabel="rollouts")
     ax = axes[1, 0]
