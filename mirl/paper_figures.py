@@ -467,7 +467,12 @@ def save_taxonomy_beside(run_types: pd.DataFrame, run_table2: pd.DataFrame, repo
     if "table2" in reported:
         table = table2_beside(run_table2, reported)
         table.to_csv(Path(report_dir) / "taxonomy_table2_paper.csv", index=False)
-    return absent(reported, "figure4", "table2") or table
+    missing = absent(reported, "figure4", "table2")
+    if table is None:
+        return missing
+    if missing:
+        print(missing)
+    return table
 
 
 def save_reductions(rates: pd.DataFrame, labels: dict[str, str], reported: dict[str, Any],

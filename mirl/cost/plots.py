@@ -56,7 +56,7 @@ def relative_figure(rel, title: str = ""):
 def human(v: float) -> str:
     """A resource amount as a reader says it: 133.1K, 10.5B, 737, 0.25."""
     for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if abs(v) >= size:
+        if abs(v) >= size * 0.9995:  # 999.7 is "1K", not "1e+03"
             return f"{v / size:.3g}{unit}"
     return f"{v:.3g}"
 

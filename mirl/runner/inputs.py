@@ -74,7 +74,7 @@ def training_selection(run: str | Path | RunDir) -> tuple[Path, dict | None]:
         return path, None
     try:
         data = json.loads(path.read_text())
-    except ValueError:
+    except (OSError, ValueError):
         data = None
     if not isinstance(data, dict):
         from mirl.runner.stage import StageError

@@ -210,7 +210,7 @@ def run_own_loop(stage: Stage, work: Callable[[str, Any], dict[str, Any]], force
 
     Prologue, under the stage lock: `--force` clears the stage's files (`Stage.cleared`), the params
     fingerprint and the digests of the stages it reads are checked against the stored ones, then
-    `prepare()` reads the inputs (a failure there leaves every stored file as it was), then the
+    `prepare()` reads the inputs (a failure there stores no params and no results), then the
     fingerprint is stored. `work(digest, prepared)` runs the stage and returns its summary fields.
     Epilogue: stage, run, digest, elapsed time and the stage's LLM ledger are added, and the summary
     is written atomically to `summary.json`."""

@@ -89,14 +89,19 @@ class StepProfilingStage(EpisodeInputs, Stage):
 
     # --- inputs ------------------------------------------------------------------------------------
 
+    def tasks(self) -> dict[str, Any]:
+        """The training stage's task pool: `training.tasks`, else the pool profiling ran on."""
+        t = self.params.training
+        if self._tasks is None:
+            self._tasks = task_pool(self.run, t.tasks or self.params.profiling.tasks, prefer_stored=not t.tasks)
+        return {x.id: x for x in self._tasks}
+
     def environments(self) -> list[str]:
         """The environments drawn for the baselines (`mirl.training.environments`): the training stage's draw."""
         from mirl.training.environments import draw, pool
 
         t = self.params.training
-        if self._tasks is None:
-            self._tasks = task_pool(self.run, t.tasks or self.params.profiling.tasks, prefer_stored=not t.tasks)
-        ids, _ = pool([x.id for x in self._tasks], [k[0] for k in self.trajectories()], bool(t.tasks))
+        ids, _ = pool(list(self.tasks()), [k[0] for k in self.trajectories()], bool(t.tasks))
         return draw(ids, t.environments, t.environments_seed)
 
     def plan(self) -> list[Item]:

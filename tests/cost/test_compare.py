@@ -120,3 +120,10 @@ def test_the_cost_figures_are_readable(who):
     right = ax.get_window_extent().x1
     assert all(t.get_window_extent().x1 <= right for t in ax.texts), "a share is written past the axes"
     assert_readable(side_by_side_figure(long))
+
+
+def test_amounts_read_as_people_say_them():
+    from mirl.cost.plots import human
+
+    assert [human(v) for v in (0.25, 737.1, 999.7, 133_100, 999_600, 10.5e9)] == \
+        ["0.25", "737", "1K", "133K", "1M", "10.5B"]

@@ -171,8 +171,9 @@ def test_a_snapshot_is_used_only_by_the_backend_that_made_it():
 
 def test_training_runs_under_the_runners_stage_lock_and_prologue(tmp_path, monkeypatch):
     """Training shares the runner's prologue: a second process on the same run's training waits for
-    the stage lock and is refused by name, before it reads an input or writes a file; a run that
-    misses its inputs is refused naming the stage to run first, and stores no params."""
+    the stage lock and is refused by name, before it reads an input or writes a file (PivotRL's step
+    profiling runs before, under its own stage's lock); a run that misses its inputs is refused
+    naming the stage to run first, and stores no params."""
     import contextlib
     from pathlib import Path
 
