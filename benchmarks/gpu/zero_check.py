@@ -60,7 +60,7 @@ def main() -> int:
     import torch
 
     from mirl.training.learner import LearnerConfig
-    from mirl.training.scale.parity import differences, reference_result, zero_result
+    from mirl.training.scale.parity import zero_result
     from mirl.training.scale.zero_learner import ZeroLearner
 
     ap = argparse.ArgumentParser()
@@ -90,8 +90,21 @@ def main() -> int:
                            temperature=1.0, compile_layers=False, adam_eps=args.adam_eps)
     learner = ZeroLearner(build(), config, stage=args.stage)
     got = zero_result(learner, exs, adv)
-    if learner.rank != 0:
-        return 0
+    code = check(args, learner, got, build, config, exs, adv, gpu) if learner.rank == 0 else 0
+    # every rank leaves together: a rank that exits while rank 0 still computes its reference tears its
+    # process group down under the others (gloo then aborts one of them, and torchrun exits 1)
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return code
+
+
+def check(args, learner, got, build, config, exs, adv, gpu: bool) -> int:
+    """Rank 0: the embedded learner's step on the same batch, the differences, the verdict (0 or 1)."""
+    from mirl.training.scale.parity import differences, reference_result
+
     ref_model = build().to("cuda" if gpu else "cpu")
     ref = reference_result(ref_model, config, exs, adv)
     ref = {k: ({n: t.cpu() for n, t in v.items()} if k in ("grads", "weights") else v) for k, v in ref.items()}
