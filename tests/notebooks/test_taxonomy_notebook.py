@@ -32,8 +32,10 @@ def profiled(tmp_path):
     from mirl.tasks import load_task
 
     run = tmp_path / "runs" / "t"
+    # one worker: the scripted replies cycle across episodes, so only a serial run gives every run the
+    # same error steps (two workers interleave them, and which types recur across batches then varies)
     tasks = [load_task(REPO / "tasks" / t) for t in ("count-lines", "fix-permissions", "dedupe-sort-list")]
-    run_profiling(make(profiling={"seeds": 2}, agent={"max_steps": 5}), run, tasks=tasks, sandbox=FakeSandbox(),
+    run_profiling(make(profiling={"seeds": 2, "workers": 1}, agent={"max_steps": 5}), run, tasks=tasks, sandbox=FakeSandbox(),
                   policy=ScriptedModel(REPLIES, cycle=True), progress=False)
     return tmp_path
 
