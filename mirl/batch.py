@@ -102,6 +102,37 @@ def select(notebooks: list[Notebook], first: str | None, last: str | None) -> li
     return notebooks[lo:hi + 1]
 
 
+@dataclass(frozen=True)
+class Unit:
+    """One notebook run of the batch: a stage, or one recipe's run of the training stage."""
+
+    nb: Notebook
+    recipe: Any = None  # mirl.recipes.Recipe for a recipe's training
+
+    @property
+    def key(self) -> str:
+        """Its entry in batch.json: the stage, `training:<recipe>` for a recipe."""
+        return self.nb.stage if self.recipe is None else f"{self.nb.stage}:{self.recipe.name}"
+
+    @property
+    def path(self) -> Path:
+        return self.nb.path
+
+    @property
+    def label(self) -> str:
+        return self.nb.label if self.recipe is None else f"{self.nb.label} [{self.recipe.name}]"
+
+    def run_name(self, run: str) -> str:
+        from mirl import recipes
+
+        return run if self.recipe is None else recipes.run_name(run, self.recipe.name)
+
+
+def units(notebooks: list[Notebook], recipes: list[Any]) -> list[Unit]:
+    """The batch's notebook runs in order: the training notebook once per recipe when there are any."""
+    return [Unit(nb, r) for nb in notebooks for r in (recipes if nb.stage == "training" and recipes else [None])]
+
+
 @dataclass
 class BatchSpec:
     params_file: Path | None
@@ -160,7 +191,7 @@ def stage_digest(own: str, inputs: dict[str, str | None]) -> str:
 
 
 def skip_reason(nb: Notebook, entry: dict[str, Any] | None, want: str, run: RunDir, reports: Path) -> str | None:
-    """Why `nb` can be skipped (None: it must run)."""
+    """Why `nb` can be skipped (None: it must run); `run` and `reports` are the unit's own."""
     if not entry or entry.get("digest") != want or not entry.get("complete"):
         return None
     summary = run.read_summary(nb.stage)
@@ -284,7 +315,7 @@ def _lock(run_dir: Path):
         yield
 
 
-def failure_text(nb: Notebook, error: BaseException, output: Path, timeout_s: int) -> str:
+def failure_text(nb: Notebook | Unit, error: BaseException, output: Path, timeout_s: int) -> str:
     """One paragraph: which notebook, which cell, what went wrong."""
     import nbclient.exceptions as nbx
     import papermill
@@ -338,108 +369,143 @@ def check_batch(spec: BatchSpec, rates_from: str | Path | None = None) -> list[s
     """What `mirl batch --check` prints: every stage notebook's parameters resolved (a bad one raises
     `ParamsError` naming it), then the evaluation's design (`mirl.evaluate.design`). Runs nothing."""
     from mirl import params as pipeline
+    from mirl import recipes as recipe_files
     from mirl.evaluate.design import plan_design
 
     notebooks = discover(spec.notebooks_dir)
     kernel = kernel_name(spec.kernel)
-    for nb in notebooks:
-        resolve_parameters(_run_spec(spec, nb, kernel, spec.force))
+    recipes = recipe_files.load(spec.params_file, spec.overrides)
+    every = units(notebooks, recipes)
+    for u in every:
+        resolve_parameters(_run_spec(spec, u, kernel, spec.force))
     params = pipeline.load(spec.params_file, spec.overrides)
-    lines = [f"params: {len(notebooks)} stage notebook(s) valid ({', '.join(nb.label for nb in notebooks)})"]
+    lines = [f"params: {len(every)} stage notebook run(s) valid ({', '.join(u.label for u in every)})"]
+    if recipes:
+        lines += recipe_budgets(recipes, spec.overrides)
     if any(nb.stage == "misbehavior_rate" for nb in notebooks):
         lines.append("evaluation design: " + plan_design(params, spec.run_dir, rates_from).line())
     return lines
 
 
-def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
-    """Run (or skip) each selected stage in order; stop at the first failure. Prints to `out`."""
+def recipe_budgets(recipes: list[Any], overrides: dict[str, Any]) -> list[str]:
+    """One line per recipe: its training budget in rollouts (the most its step count and tries allow),
+    and a warning when the recipes' budgets differ (a comparison of recipes wants the same budget)."""
     from mirl import params as pipeline
+
+    lines, caps = [], {}
+    for r in recipes:
+        t = pipeline.load(r.params_file, overrides).training
+        caps[r.name] = t.steps * t.max_tries * t.group_size
+        lines.append(f"recipe {r.name}: start {t.start}, reward {t.reward}; {t.steps} steps x {t.batch_size} groups x "
+                     f"{t.group_size} rollouts, at most {caps[r.name]} rollouts ({t.max_tries} tries a step)")
+    if len(set(caps.values())) > 1:
+        lines.append("warning: the recipes' rollout budgets differ: " + ", ".join(f"{k} {v}" for k, v in caps.items()))
+    return lines
+
+
+def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
+    """Run (or skip) each selected stage in order (the training stage once per recipe the params list);
+    stop at the first failure. Prints to `out`."""
+    from mirl import params as pipeline
+    from mirl import recipes as recipe_files
     from mirl.report_index import write_index
 
     out = out or sys.stdout
     pipeline_nbs = discover(spec.notebooks_dir)
-    chosen = select(pipeline_nbs, spec.first, spec.last)
     kernel = kernel_name(spec.kernel)
+    recipes = recipe_files.load(spec.params_file, spec.overrides)
+    every = units(pipeline_nbs, recipes)
+    chosen_nbs = select(pipeline_nbs, spec.first, spec.last)
+    chosen = [u for u in every if u.nb in chosen_nbs]
     resolved: dict[str, dict[str, Any]] = {}
-    for nb in pipeline_nbs:  # every stage's params checked (and digested) before any kernel starts
-        resolved[nb.stage], _ = resolve_parameters(_run_spec(spec, nb, kernel, spec.force))
+    for u in every:  # every stage's params checked (and digested) before any kernel starts
+        resolved[u.key], _ = resolve_parameters(_run_spec(spec, u, kernel, spec.force))
     raw = pipeline.apply_overrides(pipeline.read_file(spec.params_file), spec.overrides)
-    run, reports = RunDir(spec.run_dir), spec.reports_dir
+    if recipes:
+        raw["recipes"] = {r.name: str(r.params_file) for r in recipes}
+    reports = spec.reports_dir
     outcome = Outcome(ok=True)
     with _lock(spec.run_dir):
         state = read_state(spec.run_dir)
         state.update(run=spec.run_name, params_file=str(spec.params_file or ""), kernel=kernel,
-                     notebooks=[{"number": nb.number, "stage": nb.stage, "notebook": str(nb.path)} for nb in pipeline_nbs])
+                     notebooks=[{"number": u.nb.number, "stage": u.key, "notebook": str(u.nb.path)} for u in every])
         state_path = spec.run_dir / STATE
-        print(f"batch {spec.run_name}: {len(chosen)} stage(s) ({', '.join(nb.label for nb in chosen)}), "
+        print(f"batch {spec.run_name}: {len(chosen)} stage(s) ({', '.join(u.label for u in chosen)}), "
               f"kernel {kernel}, data in {spec.run_dir}, reports in {reports}", file=out, flush=True)
         t_batch = time.monotonic()
-        for n, nb in enumerate(chosen, 1):
-            prefix = f"[{n}/{len(chosen)}] {nb.label}"
-            before = pipeline_nbs[:pipeline_nbs.index(nb)]
-            inputs = {b.stage: state["stages"].get(b.stage, {}).get("digest") for b in before}
-            own = params_digest(resolved[nb.stage])
+        for n, u in enumerate(chosen, 1):
+            nb = u.nb
+            prefix = f"[{n}/{len(chosen)}] {u.label}"
+            before = every[:every.index(u)]
+            inputs = {b.key: state["stages"].get(b.key, {}).get("digest") for b in before if b.nb != nb}
+            own = params_digest(resolved[u.key])
             want = stage_digest(own, inputs)
-            entry = state["stages"].get(nb.stage)
+            entry = state["stages"].get(u.key)
             previous = dict(entry or {})
-            why = skip_reason(nb, entry, want, run, reports)
+            if u.recipe is not None:
+                recipe_files.link_shared(spec.run_dir, u.recipe.name)
+            unit_run = RunDir(Path(spec.runs_root) / u.run_name(spec.run_name))
+            unit_reports = Path(spec.reports_root) / u.run_name(spec.run_name)
+            why = skip_reason(nb, entry, want, unit_run, unit_reports)
             if why:
-                print(f"{prefix}  skipped: {why} ({run.stage_dir(nb.stage)})", file=out, flush=True)
-                outcome.skipped.append(nb.stage)
+                print(f"{prefix}  skipped: {why} ({unit_run.stage_dir(nb.stage)})", file=out, flush=True)
+                outcome.skipped.append(u.key)
                 continue
             # overwrite only outputs made with other params; a stage resumed with its own params keeps its items
             force = spec.force and not (entry and entry.get("digest") == want)
             started = datetime.now(UTC).isoformat(timespec="seconds")
-            state["stages"][nb.stage] = {"number": nb.number, "notebook": nb.path.name, "params_digest": own,
-                                         "inputs": inputs, "digest": want, "complete": False, "status": "running",
-                                         "started": started, "elapsed_s": None, "error": None, "forced": force}
-            atomic_write_json(state_path, state)
-            progress = run.file(nb.stage, PROGRESS)
-            progress.unlink(missing_ok=True)
+            output = unit_reports / nb.path.name
             logs = reports / "logs"
             logs.mkdir(parents=True, exist_ok=True)
-            log_path = logs / f"{nb.stage}.log"
-            output = reports / nb.path.name
+            log_path = logs / f"{u.key.replace(':', '-')}.log"
+            state["stages"][u.key] = {"number": nb.number, "stage": nb.stage, "recipe": u.recipe and u.recipe.name,
+                                      "notebook": output.relative_to(reports).as_posix(),
+                                      "log": log_path.relative_to(reports).as_posix(), "params_digest": own,
+                                      "inputs": inputs, "digest": want, "complete": False, "status": "running",
+                                      "started": started, "elapsed_s": None, "error": None, "forced": force}
+            atomic_write_json(state_path, state)
+            progress = unit_run.file(nb.stage, PROGRESS)
+            progress.unlink(missing_ok=True)
             line = LiveLine(prefix, progress, out, spec.line_every_s)
             t0 = time.monotonic()
             error: BaseException | None = None
             with open(log_path, "a", encoding="utf-8") as log, _kernel_env({ENV: "file", nbrun.LOG_ENV: str(log_path.resolve())}), _stderr_to(log):
-                log.write(f"=== {started} stage {nb.label}: {nb.path} (kernel {kernel}, params {own}) ===\n")
+                log.write(f"=== {started} stage {u.label}: {nb.path} (kernel {kernel}, params {own}) ===\n")
                 log.flush()
                 line.start()
                 try:
-                    execute(_run_spec(spec, nb, kernel, force), log_file=log)
+                    execute(_run_spec(spec, u, kernel, force), log_file=log)
                 except Exception as e:  # noqa: BLE001 - reported below, with the notebook and the cell
                     error = e
                 log.write(f"=== {'failed' if error else 'finished'} after {time.monotonic() - t0:.1f} s ===\n")
             redact_secrets(log_path)
             elapsed = round(time.monotonic() - t0, 3)
-            entry = state["stages"][nb.stage]
+            entry = state["stages"][u.key]
             entry["elapsed_s"] = elapsed
             if output.exists():
                 export_html(output)
             if error is not None:
-                text = failure_text(nb, error, output, spec.cell_timeout_s)
+                text = failure_text(u, error, output, spec.cell_timeout_s)
                 entry.update(status="failed", error=text)
                 if getattr(error, "ename", "") == "ParamsMismatch":  # refused: its outputs are still the old ones
                     entry["digest"] = previous.get("digest")
                 line.finish(f"{prefix}  FAILED after {clock(elapsed)}")
-                outcome.ok, outcome.failed = False, nb.stage
+                outcome.ok, outcome.failed = False, u.key
                 outcome.message = (f"error: {text}\n  the partly executed notebook: {output}\n  the kernel's log: "
                                    f"{log_path}\n  fix it and run the same command again: finished stages are skipped")
             else:
-                summary = run.read_summary(nb.stage)
+                summary = unit_run.read_summary(nb.stage)
                 complete = bool(summary and summary.get("complete"))
                 entry.update(status="complete" if complete else "incomplete", complete=complete,
                              stage_elapsed_s=(summary or {}).get("elapsed_s"))
                 line.finish(f"{prefix}  {'done' if complete else 'stopped'} in {clock(elapsed)}"
                             + _headline(summary))
-                outcome.ran.append(nb.stage)
+                outcome.ran.append(u.key)
                 if not complete:
-                    why = (summary or {}).get("stopped") or f"no complete summary.json in {run.stage_dir(nb.stage)}"
+                    why = (summary or {}).get("stopped") or f"no complete summary.json in {unit_run.stage_dir(nb.stage)}"
                     entry["error"] = f"not complete: {why}"
-                    outcome.ok, outcome.failed = False, nb.stage
-                    outcome.message = (f"error: stage {nb.label} ran but did not finish ({why}); later stages "
+                    outcome.ok, outcome.failed = False, u.key
+                    outcome.message = (f"error: stage {u.label} ran but did not finish ({why}); later stages "
                                        f"were not run. Run the same command again to continue it.")
             atomic_write_json(state_path, state)
             write_index(spec.run_dir, reports, state, raw)
@@ -483,8 +549,10 @@ def _headline(summary: dict[str, Any] | None) -> str:
     return ("  (" + ", ".join(f"{k.replace('_', ' ')} {summary[k]}" for k in keys) + ")") if keys else ""
 
 
-def _run_spec(spec: BatchSpec, nb: Notebook, kernel: str, force: bool) -> RunSpec:
-    return RunSpec(notebook=nb.path, run_name=spec.run_name, params_file=spec.params_file, overrides=spec.overrides,
-                   runs_root=Path(spec.runs_root), reports_root=Path(spec.reports_root), kernel=kernel,
-                   cell_timeout_s=spec.cell_timeout_s, force=force)
+def _run_spec(spec: BatchSpec, unit: Unit, kernel: str, force: bool) -> RunSpec:
+    """The notebook run of a unit: a recipe's training reads the recipe's params file, in its own run."""
+    params_file = spec.params_file if unit.recipe is None else unit.recipe.params_file
+    return RunSpec(notebook=unit.nb.path, run_name=unit.run_name(spec.run_name), params_file=params_file,
+                   overrides=spec.overrides, runs_root=Path(spec.runs_root), reports_root=Path(spec.reports_root),
+                   kernel=kernel, cell_timeout_s=spec.cell_timeout_s, force=force)
 

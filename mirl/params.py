@@ -139,6 +139,7 @@ def read_file(path: str | Path | None, _seen: tuple[Path, ...] = ()) -> dict[str
     data = read_yaml(path) or {}
     if not isinstance(data, dict):
         raise ParamsError(f"{path}: must be a mapping of section names ({', '.join(sections())}) to settings")
+    data.pop("recipes", None)  # not a section: the training recipes the file lists (`mirl.recipes`)
     base = data.pop("base", None)
     if base is not None:
         if not isinstance(base, str) or not base:

@@ -118,10 +118,11 @@ def write_index(run_dir: str | Path, reports: str | Path, state: dict[str, Any] 
             continue
         ipynb = reports / e["notebook"]
         links = [_link(reports, p, p.suffix[1:]) for p in (ipynb, ipynb.with_suffix(".html")) if p.exists()]
-        log = reports / "logs" / f"{stage}.log"
+        log = reports / (e.get("log") or f"logs/{stage}.log")
         if log.exists():
             links.append(_link(reports, log, "log"))
-        nums = headline(run.read_summary(stage))
+        own = run.recipe(e["recipe"]) if e.get("recipe") else run  # a recipe's training
+        nums = headline(own.read_summary(e.get("stage") or stage))
         numbers = ", ".join(f"{_e(k)} <b>{_e(v)}</b>" for k, v in nums.items())
         status = e.get("status", "?")
         error = f"<br><span class='failed'>{_e(e['error'])}</span>" if e.get("error") else ""
@@ -131,17 +132,19 @@ def write_index(run_dir: str | Path, reports: str | Path, state: dict[str, Any] 
                    f"<td class='num'>${cost.get(stage, 0.0):.4f}</td><td>{numbers}</td></tr>")
     out.append("</table>")
 
-    figures = sorted(reports.glob("*.png"), key=lambda p: (p.stat().st_mtime, p.name))
+    figures = sorted([*reports.glob("*.png"), *reports.glob("recipes/*/*.png")], key=lambda p: (p.stat().st_mtime, p.name))
     out.append("<h2 id='figures'>Figures</h2>")
     if not figures:
         out.append("<p class='muted'>none yet</p>")
     for png in figures:
         pdf = png.with_suffix(".pdf")
         extra = _link(reports, pdf, "PDF") if pdf.exists() else "<span class='muted'>no PDF saved</span>"
-        out.append(f"<figure><a href='{_e(png.name)}'><img src='{_e(png.name)}' alt='{_e(png.stem)}'></a>"
-                   f"<figcaption>{_e(png.stem)} · {extra}</figcaption></figure>")
+        rel = png.relative_to(reports).as_posix()
+        caption = rel[:-len(png.suffix)].replace("recipes/", "", 1)
+        out.append(f"<figure><a href='{_e(rel)}'><img src='{_e(rel)}' alt='{_e(caption)}'></a>"
+                   f"<figcaption>{_e(caption)} · {extra}</figcaption></figure>")
 
-    tables = sorted(reports.glob("*.csv"))
+    tables = sorted([*reports.glob("*.csv"), *reports.glob("recipes/*/*.csv")])
     out.append("<h2 id='tables'>Tables</h2><ul>")
     for path in tables:
         rows = _csv_rows(path)
@@ -165,7 +168,9 @@ def write_index(run_dir: str | Path, reports: str | Path, state: dict[str, Any] 
     out.append("<h2 id='fingerprints'>Fingerprints</h2><p class='muted'>what each stage's outputs were made with "
                "(<code>runs/&lt;run&gt;/&lt;stage&gt;/params.json</code>)</p>")
     for stage in order:
-        path = run.params(stage)
+        e = entries.get(stage) or {}
+        own = run.recipe(e["recipe"]) if e.get("recipe") else run
+        path = own.params(e.get("stage") or stage)
         if not path.exists():
             continue
         stored = json.loads(path.read_text())

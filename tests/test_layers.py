@@ -48,7 +48,7 @@ LAYERS = [
     # parallel rollouts are a runner stage of their own; the stage inputs load task pools through them
     ("stage runner", ["mirl.runner", "mirl.agent.rollout", "mirl.runner.inputs"]),
     ("stages", ["mirl.profiling", "mirl.taxonomy", "mirl.prefixes", "mirl.training", "mirl.evaluate", "mirl.cost"]),
-    ("params", ["mirl.params"]),
+    ("params", ["mirl.params", "mirl.recipes"]),
     ("notebooks, batch, report pages, commands", ["mirl.notebook", "mirl.batch", "mirl.report_index",
                                                    "mirl.commands", "mirl.cli", "mirl.__main__"]),
 ]

@@ -25,7 +25,8 @@ class CostParams:
     """Flat on purpose: these are the literals of notebook 07's parameters cell."""
 
     runs: list[str] = field(default_factory=list, metadata={
-        "help": "runs to account for and compare (names under runs_root); empty = this run only"})
+        "help": "runs to account for and compare (names under runs_root); empty = this run and its training "
+                "recipes' runs (runs/<run>/recipes/<recipe>)"})
     reference: str = field(default="", metadata={
         "help": "the run or reported recipe the others are shown relative to (Figure 9); empty = the first run"})
     up_to: str = field(default="selected", metadata={

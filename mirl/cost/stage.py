@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mirl.runner.layout import RunDir
+from mirl.runner.layout import RECIPES, RunDir
 from mirl.runner.stage import Item, Stage, StageError, run_stage
 
 if TYPE_CHECKING:
@@ -67,6 +67,13 @@ def policy_price(params: Params, prices: dict[str, dict[str, Any]]) -> dict[str,
     return None
 
 
+def run_names(params: Params, here: RunDir) -> list[str]:
+    """The runs to account for, as names under the runs root: `cost.runs`, else this run and each
+    training recipe's run under it (`mirl.recipes`: its shared stages are links, so a recipe's totals
+    hold what it trained on as well as its training)."""
+    return list(params.cost.runs) or [here.name, *(f"{here.name}/{RECIPES}/{r}" for r in here.recipes())]
+
+
 def report(params: Params, run_dir: str | Path) -> CostReport:
     import pandas as pd
 
@@ -78,7 +85,7 @@ def report(params: Params, run_dir: str | Path) -> CostReport:
 
     c = params.cost
     here = RunDir(run_dir)
-    names = list(c.runs) or [here.name]
+    names = run_names(params, here)
     prices, rates = price_table(params)
     pprice = policy_price(params, prices)
     frames, cuts, notes = [], {}, []

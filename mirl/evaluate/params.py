@@ -3,7 +3,8 @@
 
 A policy is named as a model is (`local/smollm2`, `hosted_vllm/...`, `local/<checkpoint dir>`), or
 by one of two words: `base`, the `models.policy.model` of the params file, and `selected`, the
-checkpoint the training stage selected (`training/selection.json`), left out when there is none.
+checkpoint the training stage selected (`training/selection.json`), left out when there is none;
+in a run with training recipes (`mirl.recipes`), every recipe's selected checkpoint, named by its recipe.
 The judges, the sandbox and the agent's format are the shared sections.
 """
 
@@ -19,7 +20,7 @@ class MisbehaviorRateParams:
 
     policies: list[str] = field(default_factory=lambda: ["base", "selected"], metadata={
         "help": "policies to evaluate, in order: model names (local/<checkpoint dir> too), base (models.policy.model) "
-                "or selected (the training stage's selected checkpoint)"})
+                "or selected (the training stage's selected checkpoint; with training recipes, each recipe's)"})
     per_misbehavior: int = field(default=20, metadata={
         "help": "held-out prefixes per misbehavior, at most (the first of prefixes/heldout.jsonl) (paper: 20)"})
     samples: int = field(default=16, metadata={"help": "continuations sampled per prefix and policy (paper: 16)"})

@@ -3,6 +3,8 @@ each with the LLM settings it samples under.
 
 `base` is the params file's `models.policy.model`; `selected` the training stage's selected
 checkpoint (`training/selection.json`, best first), served in-process as `local/<checkpoint dir>`;
+in a run with training recipes (`mirl.recipes`), `selected` is every recipe's selected checkpoint,
+each a policy named by its recipe;
 anything else is a model name as the `models` section takes it. A `local/<dir>` name must point at
 a Hugging Face checkpoint directory (a `config.json` in it).
 """
@@ -10,11 +12,14 @@ a Hugging Face checkpoint directory (a `config.json` in it).
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 from typing import Any
 
 from mirl.runner.layout import RunDir
 from mirl.runner.stage import StageError, stage_budgets
+
+log = logging.getLogger(__name__)
 
 BASE, SELECTED = "base", "selected"
 
@@ -64,7 +69,16 @@ def resolve_all(names: list[str], run: RunDir, params: Any) -> dict[str, str]:
         raise StageError(f"policies name one twice: {names}")
     out = {}
     for name in names:
-        model = resolve(name, run, params)
+        recipes = run.recipes() if name.strip() == SELECTED else {}
+        for recipe, where in recipes.items():
+            if recipe in names:
+                raise StageError(f"policy {recipe!r} is named in the policies and is a training recipe of this run")
+            ckpt = selected_checkpoint(where)
+            if ckpt is None:
+                log.warning("policy %s: recipe %s has no selected checkpoint (%s); left out", name, recipe, where.root)
+            else:
+                out[recipe] = f"local/{ckpt}"
+        model = None if recipes else resolve(name, run, params)
         if model is not None:
             out[name] = model
     if not out:

@@ -3,6 +3,7 @@
     runs/<run>/
       llm_calls.jsonl           the LLM ledger of every stage (mirl.llm.ledger)
       llm_cache/                cached LLM answers (mirl.llm.cache)
+      recipes/<recipe>/         a training recipe's own run: its training/, links to the shared stages
       <stage>/
         params.json             the params that made the stage's outputs, and their fingerprint
         <records file>          one record per finished work item (append-only, the resume point)
@@ -26,6 +27,7 @@ LEDGER = "llm_calls.jsonl"
 LLM_CACHE = "llm_cache"
 PARAMS = "params.json"
 SUMMARY = "summary.json"
+RECIPES = "recipes"
 
 
 def atomic_write(path: str | Path, text: str) -> None:
@@ -68,6 +70,17 @@ class RunDir:
     @property
     def llm_cache(self) -> Path:
         return self.root / LLM_CACHE
+
+    def recipe(self, name: str) -> RunDir:
+        """The run directory of one training recipe of this run (`mirl.recipes`)."""
+        return RunDir(self.root / RECIPES / name)
+
+    def recipes(self) -> dict[str, RunDir]:
+        """The training recipes' run directories this run holds, by recipe name (sorted)."""
+        root = self.root / RECIPES
+        if not root.is_dir():
+            return {}
+        return {p.name: RunDir(p) for p in sorted(root.iterdir()) if p.is_dir() and not p.is_symlink()}
 
     def stage_dir(self, stage: str) -> Path:
         """`runs/<run>/<stage>`; a stage with an empty directory name writes at the run's root."""

@@ -1,0 +1,90 @@
+"""`mirl batch` with training recipes, on synthetic stage notebooks (real papermill, kernel and runner):
+the training notebook once per recipe in its own run directory under the run's, the shared stages
+read through links, skip and rerun per recipe, and a recipe that changes more than training refused."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+from batch_pipeline import calls, stage_body, write_notebook
+
+from mirl.batch import BatchSpec, run_batch
+from mirl.typed import ParamsError
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def pipeline(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    write_notebook(directory / "01_profiling.ipynb", "profiling", stage_body("profiling", items=2))
+    write_notebook(directory / "03_prefix_filtering.ipynb", "prefixes", stage_body("prefixes", items=2,
+                                                                                  reads=("profiling",)))
+    write_notebook(directory / "04_training_launch.ipynb", "training", stage_body("training", items=2,
+                                                                                 reads=("prefixes",)))
+    write_notebook(directory / "05_misbehavior_rate.ipynb", "misbehavior_rate", stage_body("misbehavior_rate", items=1))
+    return directory
+
+
+def params(directory: Path, b_lr: float = 1e-5) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "base.yaml").write_text("training:\n  steps: 1\nprofiling:\n  seeds: 1\n")
+    (directory / "a.yaml").write_text("base: base.yaml\ntraining:\n  recipe: a\n")
+    (directory / "b.yaml").write_text(f"base: base.yaml\ntraining:\n  recipe: b\n  reward: outcome\n  lr: {b_lr}\n")
+    (directory / "exp.yaml").write_text("base: base.yaml\nrecipes: [a.yaml, b.yaml]\n")
+    return directory / "exp.yaml"
+
+
+def spec(tmp_path: Path, params_file: Path, **kw) -> BatchSpec:
+    return BatchSpec(params_file=params_file, run_name="t", notebooks_dir=tmp_path / "nb", runs_root=tmp_path / "runs",
+                     reports_root=tmp_path / "reports", cell_timeout_s=120, **kw)
+
+
+@pytest.mark.slow
+def test_each_recipe_trains_in_its_own_run_on_the_shared_stages(tmp_path, mirl_kernel):
+    pipeline(tmp_path / "nb")
+    exp = params(tmp_path / "params")
+    run = tmp_path / "runs" / "t"
+    first = run_batch(spec(tmp_path, exp), out=io.StringIO())
+    assert first.ok, first.message
+    assert first.ran == ["profiling", "prefixes", "training:a", "training:b", "misbehavior_rate"]
+    for name, reward in (("a", "mirl"), ("b", "outcome")):
+        own = run / "recipes" / name
+        assert os.readlink(own / "prefixes") == os.path.join("..", "..", "prefixes")
+        assert json.loads((own / "training" / "summary.json").read_text())["complete"]
+        # the recipe's own params reached its notebook (its stage fingerprints them)
+        stored = json.loads((own / "training" / "params.json").read_text())["fingerprint"]
+        assert stored["settings.recipe"] == name and stored["settings.reward"] == reward
+        assert sorted(x for x in calls(own) if x.startswith("training done")) == ["training done 0", "training done 1"]
+        assert (tmp_path / "reports" / "t" / "recipes" / name / "04_training_launch.ipynb").exists()
+        assert (tmp_path / "reports" / "t" / "logs" / f"training-{name}.log").exists()
+    assert not (run / "training").exists()
+    state = json.loads((run / "batch.json").read_text())["stages"]
+    assert state["misbehavior_rate"]["inputs"]["training:b"] == state["training:b"]["digest"]
+    index = (tmp_path / "reports" / "t" / "index.html").read_text()
+    assert "training:a" in index and 'href="recipes/b/04_training_launch.ipynb"' in index
+
+    again = run_batch(spec(tmp_path, exp), out=io.StringIO())
+    assert again.ran == [] and len(again.skipped) == 5
+
+    # one recipe's params change: it alone refuses its old outputs, then with --force reruns with what follows
+    exp = params(tmp_path / "params", b_lr=3e-5)
+    refused = run_batch(spec(tmp_path, exp), out=io.StringIO())
+    assert refused.failed == "training:b" and refused.skipped == ["profiling", "prefixes", "training:a"]
+    assert "made with other params" in refused.message
+    forced = run_batch(spec(tmp_path, exp, force=True), out=io.StringIO())
+    assert forced.ok and forced.ran == ["training:b", "misbehavior_rate"]
+    assert forced.skipped == ["profiling", "prefixes", "training:a"]
+
+
+def test_a_recipe_may_change_only_training(tmp_path):
+    pipeline(tmp_path / "nb")
+    exp = params(tmp_path / "params")
+    (tmp_path / "params" / "b.yaml").write_text("base: base.yaml\ntraining:\n  recipe: b\nprofiling:\n  seeds: 3\n")
+    with pytest.raises(ParamsError, match=r"b\.yaml: a recipe may change only training\.\*, but it changes "
+                                          r"profiling\.seeds"):
+        run_batch(spec(tmp_path, exp), out=io.StringIO())
+    assert not (tmp_path / "runs" / "t" / "batch.json").exists()
