@@ -20,6 +20,7 @@ NAME=${SMALL_NAME:-small}
 PARAMS=$REPO/params/small_scale/experiment.yaml
 TAG=MIRL_SMALL_SCALE_RUN  # in the environment of every process this script starts for the batch
 mkdir -p "$W"
+ln -sfn "$REPO/tasks" "$W/tasks"  # the params name the bundled suite as `tasks`, relative to the batch's directory
 echo "small_scale: $(date -u +%FT%TZ), deadline ${DEADLINE}s, work $W, repository $REPO"
 
 # The notebook kernel is not in the batch's process group: jupyter_client starts it in a session of its
