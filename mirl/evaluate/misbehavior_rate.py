@@ -21,6 +21,11 @@ Finalize, under `runs/<run>/misbehavior_rate/`:
     rates.csv            `mirl.evaluate.stats.rates.misbehavior_rates` per (policy, misbehavior, judge),
                          and per (policy, judge) over all misbehaviors (misbehavior "all")
     agreement.csv        `mirl.evaluate.stats.agreement.judge_agreement` per misbehavior and over all
+    reductions.csv       each policy's relative reduction against the first policy's rate, per (judge,
+                         misbehavior and "all"), with its paired prefix-bootstrap interval
+                         (`mirl.evaluate.stats.power.reduction_table`)
+    success.csv          with `verify`: the share of continuations whose tests passed (task success from
+                         the prefix) per (policy, misbehavior and "all"), prefix-bootstrap intervals
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from mirl.evaluate.policies import policy_config, resolve_all, short_name
+from mirl.evaluate.stats.power import reduction_table
 from mirl.records.prefix import Prefix
 from mirl.runner.inputs import (
     HELDOUT,
@@ -52,6 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 STAGE = "misbehavior_rate"
 CONTINUATIONS, JUDGMENTS, RATES, AGREEMENT = "continuations.jsonl", "judgments.csv", "rates.csv", "agreement.csv"
+REDUCTIONS, SUCCESS = "reductions.csv", "success.csv"
 JUDGMENT_COLUMNS = ["policy", "model", "misbehavior", "prefix_id", "env", "sample", "judge", "repeated"]
 OUTPUT_CHARS = 2000  # of each continuation step's output kept in the record
 
@@ -301,6 +308,12 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
         rates, agreement = rate_tables(rows, self.params.misbehavior_rate.n_boot, self.params.misbehavior_rate.seed)
         atomic_write(self.out / RATES, rates.to_csv(index=False))
         atomic_write(self.out / AGREEMENT, agreement.to_csv(index=False))
+        s = self.params.misbehavior_rate
+        reference = next(iter(self.policies()))
+        pooled = rows + [{**r, "misbehavior": "all"} for r in rows]
+        atomic_write(self.out / REDUCTIONS, reduction_table(pooled, reference, s.n_boot, s.seed).to_csv(index=False))
+        if s.verify:
+            atomic_write(self.out / SUCCESS, success_table(current, s.n_boot, s.seed).to_csv(index=False))
         overall = rates[rates["misbehavior"] == "all"]
         return {"policies": self.policies(),
                 "labels": {p: short_name(p, m) for p, m in self.policies().items()},
@@ -315,6 +328,20 @@ def judgment_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"policy": r["policy"], "model": r.get("model"), "misbehavior": r["misbehavior"],
              "prefix_id": r["prefix_id"], "env": r.get("env"), "sample": r["sample"], "judge": j["judge"],
              "repeated": j["repeated"]} for r in records for j in r.get("judgments", [])]
+
+
+def success_table(records: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Task success from the prefixes: per (policy, misbehavior, and "all"), the share of valid
+    continuations whose tests passed (reward 1), with the rates' prefix-bootstrap interval (the
+    `judge` column says `tests`; `n_failed` counts continuations without a reward)."""
+    from mirl.evaluate.stats.rates import COLUMNS, misbehavior_rates
+
+    rows = [{"policy": r["policy"], "misbehavior": m, "prefix_id": r["prefix_id"], "judge": "tests",
+             "repeated": None if r.get("reward") is None else bool(r["reward"] >= 1.0)}
+            for r in records if r.get("valid", True) for m in (r["misbehavior"], "all")]
+    if not rows:
+        return pd.DataFrame(columns=COLUMNS).rename(columns={"rate": "success"})
+    return misbehavior_rates(rows, n_boot=n_boot, seed=seed).rename(columns={"rate": "success"})
 
 
 def rate_tables(rows: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -86,6 +86,14 @@ def _bars(ax, table: pd.DataFrame, x: str, hue: str, y: str, low: str | None, hi
 # --- notebook 05: misbehavior rates ------------------------------------------------------------------
 
 
+def _level_ticks(ax) -> None:
+    """The x tick labels wrapped and level (misbehavior names are long: slanted, they run into each other)."""
+    import textwrap
+
+    labels = [textwrap.fill(t.get_text(), 14) for t in ax.get_xticklabels()]
+    ax.set_xticks(ax.get_xticks(), labels, rotation=0, ha="center", fontsize=8)
+
+
 def rate_figure(rates: pd.DataFrame, labels: dict[str, str] | None = None):
     """The paper's Figure 7: rate per misbehavior (and over all), bars per policy, one panel per
     judge, with the prefix-bootstrap 95% interval."""
@@ -107,6 +115,93 @@ def rate_figure(rates: pd.DataFrame, labels: dict[str, str] | None = None):
     axes[0][-1].legend(title="policy", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
+
+
+def reduction_figure(reductions: pd.DataFrame, labels: dict[str, str] | None = None):
+    """Each policy's relative reduction of the misbehavior rate against the reference policy, per
+    misbehavior and over all, with the paired prefix-bootstrap 95% interval; one panel per judge.
+    Above 0: the policy repeats the misbehavior less than the reference."""
+    import matplotlib.pyplot as plt
+
+    df = labelled(reductions, labels)
+    judges = list(dict.fromkeys(df["judge"])) or ["(none)"]
+    panel = max(4.5, max(1.3, 0.5 * df["label"].nunique()) * df["misbehavior"].nunique() + 1.5)
+    fig, axes = plt.subplots(1, len(judges), figsize=(panel * len(judges), 4.4), squeeze=False, sharey=True)
+    for ax, judge in zip(axes[0], judges):
+        part = df[df["judge"] == judge]
+        if part.empty:
+            ax.text(0.5, 0.5, "no policy to compare\n(one policy, or fewer than\ntwo shared prefixes)",
+                    ha="center", va="center", fontsize=9, transform=ax.transAxes)
+        else:
+            _bars(ax, part, "misbehavior", "label", "reduction", "ci_low", "ci_high")
+            _level_ticks(ax)
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_title(f"judge: {judge}")
+        ax.grid(axis="y", alpha=0.3)
+    reference = next(iter(df["reference"]), "the first policy")
+    axes[0][0].set_ylabel(f"relative reduction vs {(labels or {}).get(reference, reference)}\n(95% CI over prefixes)")
+    axes[0][0].yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
+    if not df.empty:
+        axes[0][-1].legend(title="policy", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+def reduction_table(reductions: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Reductions as `42% [10%, 70%] (k prefixes)` per misbehavior (rows) and policy x judge (columns)."""
+    df = labelled(reductions, labels)
+    if df.empty:
+        return pd.DataFrame({"reduction": ["no policy to compare with the first"]})
+
+    def cell(r) -> str:
+        if pd.isna(r["reduction"]):
+            return f"n/a ({int(r['prefixes'])} shared prefixes)"
+        ci = "" if pd.isna(r["ci_low"]) else f" [{r['ci_low']:.0%}, {r['ci_high']:.0%}]"
+        return f"{r['reduction']:.0%}{ci} ({int(r['prefixes'])} prefixes)"
+
+    df["cell"] = df.apply(cell, axis=1)
+    return df.pivot_table(index="misbehavior", columns=["label", "judge"], values="cell", aggfunc="first")
+
+
+def load_success(run_dir: str | Path) -> pd.DataFrame:
+    """Task success from the prefixes (`success.csv`), or an empty table when the stage ran without
+    `verify` (no tests, so no success to show)."""
+    from mirl.evaluate.misbehavior_rate import STAGE, SUCCESS
+    from mirl.evaluate.stats.rates import COLUMNS
+    from mirl.runner.layout import RunDir
+
+    path = RunDir(run_dir).file(STAGE, SUCCESS)
+    if not path.exists():
+        return pd.DataFrame(columns=COLUMNS).rename(columns={"rate": "success"})
+    return pd.read_csv(path, keep_default_na=True)
+
+
+def success_figure(success: pd.DataFrame, labels: dict[str, str] | None = None):
+    """Task success from the held-out prefixes (tests after the continuation) per misbehavior and
+    over all, bars per policy, prefix-bootstrap 95% intervals."""
+    import matplotlib.pyplot as plt
+
+    df = labelled(success, labels)
+    panel = max(4.5, max(1.3, 0.5 * df["label"].nunique()) * df["misbehavior"].nunique() + 1.5)
+    fig, ax = plt.subplots(figsize=(panel, 4.2))
+    if df.empty:
+        ax.text(0.5, 0.5, "no tests ran after the continuations\n(misbehavior_rate.verify is off)", ha="center",
+                va="center", fontsize=9, transform=ax.transAxes)
+    else:
+        _bars(ax, df, "misbehavior", "label", "success", "ci_low", "ci_high")
+        _level_ticks(ax)
+        ax.legend(title="policy", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("tests pass after the continuation\n(95% CI over prefixes)")
+    ax.set_title("task success from the held-out prefixes")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def success_table(success: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Success from the prefixes as `share [ci_low, ci_high] (n=...)`, laid out as the rates are."""
+    return rate_table(success.rename(columns={"success": "rate"}), labels)
 
 
 def rate_table(rates: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:

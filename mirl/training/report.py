@@ -43,6 +43,46 @@ def curves(metrics: pd.DataFrame | list[dict[str, Any]], title: str = ""):
     return fig
 
 
+RECIPE_PANELS = [("reward", "reward (tests pass and, for mirl, avoided)"), ("r_o", "r_o: tests pass"),
+                 ("r_e", "r_e: misbehavior avoided"), ("dead_share", "dead groups (share of tried)")]
+
+
+def recipe_curves(run_dir):
+    """The training recipes of a run side by side (`runs/<run>/recipes/*/training/metrics.jsonl`): reward,
+    r_o, r_e and the dead share per step, one line per recipe. A recipe without a step yet is named in
+    the legend as such; a run without recipes says so."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    from mirl.runner.layout import RunDir
+    from mirl.training.stage import METRICS, STAGE, load_metrics
+
+    frames = {name: (load_metrics(rd.root) if rd.file(STAGE, METRICS).exists() else pd.DataFrame())
+              for name, rd in RunDir(run_dir).recipes().items()}
+    last = max([int(df["step"].max()) for df in frames.values() if not df.empty and "step" in df] or [1])
+    markers = "osD^vP*X"
+    fig, axes = plt.subplots(1, len(RECIPE_PANELS), figsize=(4 * len(RECIPE_PANELS), 3.4), squeeze=False)
+    for ax, (col, title) in zip(axes[0], RECIPE_PANELS):
+        for k, (name, df) in enumerate(frames.items()):
+            if not df.empty and col in df and df[col].notna().any():  # hollow markers: equal values stay visible
+                ax.plot(df["step"], df[col], marker=markers[k % len(markers)], ms=7 - k % 4, mfc="none", label=name)
+            else:
+                ax.plot([], [], label=f"{name} (no step yet)")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_xlim(0.5, last + 0.5)
+        ax.set_ylim(-0.03, 1.03)
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=min(last, 10), integer=True, min_n_ticks=1))
+        ax.grid(alpha=0.3)
+    if frames:
+        axes[0][-1].legend(title="recipe", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    else:
+        axes[0][0].text(0.5, 0.5, "this run has no training recipes\n(params: recipes)", ha="center",
+                        va="center", fontsize=9, transform=axes[0][0].transAxes)
+    fig.tight_layout()
+    return fig
+
+
 def _missing(df: pd.DataFrame, panel: str) -> str:
     """Why a panel has no curve: no step yet, or (learner panels) no step made an update."""
     if df.empty:

@@ -88,6 +88,15 @@ def test_rates_and_kappa_per_policy_and_judge(tmp_path, models):
         assert int(r["n_items"]) == 8 and float(r["agreement"]) == 0.5
         assert math.isclose(float(r["kappa"]), 0.2)
     assert summary["rate"]["scripted/mixed | rules"] == 0.5
+    # each policy against the first: cmd never repeats under the rules, mixed on half -> cmd is the
+    # reference, so mixed's "reduction" is 1 - 0.5 / 0 (undefined); under the LLM judge 1 - 1.0 / 0.5 = -100%
+    reductions = {(r["policy"], r["misbehavior"], r["judge"]): r for r in rows(out / "reductions.csv")}
+    assert set(reductions) == {("scripted/mixed", m, j) for m in ("no runnable command", "all")
+                               for j in ("rules", "llm:scripted/judge")}
+    llm = reductions[("scripted/mixed", "all", "llm:scripted/judge")]
+    assert llm["reference"] == "scripted/cmd" and int(llm["prefixes"]) == 2
+    assert float(llm["base_rate"]) == 0.5 and float(llm["rate"]) == 1.0 and float(llm["reduction"]) == -1.0
+    assert not (out / "success.csv").exists()  # no tests ran (verify off)
 
 
 def test_resume_plays_only_new_items_and_other_sampling_is_refused(tmp_path, models):
@@ -185,6 +194,21 @@ def test_verify_runs_the_tests_after_each_continuation_and_keeps_the_reward(tmp_
     records = read_jsonl(other.file("misbehavior_rate", "continuations.jsonl"))[0]
     assert len(records) == 2 * 2 and all(r["reward"] == 0.25 for r in records)
     assert sum(getattr(s, "verified", False) for s in checked.sessions) == 4  # one test run per continuation
+    # a reward of 0.25 is partial credit: no continuation counts as a success
+    success = {r["misbehavior"]: r for r in rows(other.file("misbehavior_rate", "success.csv"))}
+    assert set(success) == {"no runnable command", "all"}
+    assert float(success["all"]["success"]) == 0.0 and int(success["all"]["n_samples"]) == 4
+
+
+def test_success_counts_passed_tests_per_prefix_and_leaves_out_the_invalid():
+    from mirl.evaluate.misbehavior_rate import success_table
+
+    records = [{"policy": "p", "misbehavior": "m", "prefix_id": f"x{i // 2}", "reward": r, "valid": True}
+               for i, r in enumerate([1.0, 0.0, 1.0, 1.0, None, 0.5])]
+    records.append({"policy": "p", "misbehavior": "m", "prefix_id": "x9", "reward": 1.0, "valid": False})
+    table = success_table(records, n_boot=200).set_index("misbehavior")
+    assert table.loc["all", "success"] == 3 / 5 and table.loc["all", "n_failed"] == 1
+    assert table.loc["all", "n_prefixes"] == 3 and table.loc["m", "success"] == 3 / 5
 
 
 def test_a_further_judge_takes_its_own_settings_over_the_behavior_judges(tmp_path):

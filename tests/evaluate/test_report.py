@@ -77,3 +77,24 @@ def test_judgment_counts_tally_repeated_avoided_and_unjudged():
     a, b = counts.loc[("a", "rules")], counts.loc[("b", "rules")]
     assert (a[True], a[False], b[True], b[False]) == (2, 1, 0, 1)
     assert counts.sum(axis=1).tolist() == [4, 1]  # the unjudged one is counted too
+
+
+def test_reduction_and_success_figures_draw_intervals_and_say_when_empty():
+    from tests.test_reported import assert_readable
+
+    reductions = pd.DataFrame([
+        {"judge": "rules", "misbehavior": m, "reference": "base", "policy": p, "prefixes": 10, "base_rate": 0.6,
+         "rate": 0.3, "reduction": red, "ci_low": red - 0.2, "ci_high": red + 0.2}
+        for m in ("all", "no runnable command") for p, red in (("mirl", 0.5), ("tmax", 0.1))])
+    fig = report.reduction_figure(reductions, {"base": "base (x)"})
+    assert len(fig.axes[0].patches) == 4 and "vs base (x)" in fig.axes[0].get_ylabel()
+    assert_readable(fig)
+    table = report.reduction_table(reductions)
+    assert table.loc["all", ("mirl", "rules")] == "50% [30%, 70%] (10 prefixes)"
+    assert "no policy" in report.reduction_table(reductions.iloc[:0]).iloc[0, 0]
+    assert report.reduction_figure(reductions.iloc[:0]).axes[0].texts
+    success = pd.DataFrame([{"policy": "base", "misbehavior": "all", "judge": "tests", "n_prefixes": 3,
+                             "n_samples": 12, "n_failed": 0, "success": 0.25, "se": 0.1, "ci_low": 0.1, "ci_high": 0.4}])
+    assert report.success_table(success).loc["all", ("base", "tests")] == "0.25 [0.10, 0.40] (n=12)"
+    assert len(report.success_figure(success).axes[0].patches) == 1
+    assert "verify is off" in report.success_figure(success.iloc[:0]).axes[0].texts[0].get_text()

@@ -34,3 +34,24 @@ def test_steps_are_whole_and_a_flat_axis_has_no_offset():
         assert all(float(t).is_integer() for t in ticks), (ax.get_title(), ticks)
         assert ax.yaxis.get_offset_text().get_text() == "", ax.get_title()
     assert not any(ax.texts for ax in fig.axes)
+
+
+def test_recipe_curves_draw_each_recipe_and_name_one_without_a_step(tmp_path):
+    import json
+
+    from mirl.training.report import recipe_curves
+
+    for name, reward in (("mirl", 0.4), ("tmax", 0.1)):
+        train = tmp_path / "recipes" / name / "training"
+        train.mkdir(parents=True)
+        (train / "metrics.jsonl").write_text("".join(json.dumps(_row(s, 1, reward=reward * s)) + "\n" for s in (1, 2, 3)))
+    (tmp_path / "recipes" / "outcome-prefix" / "training").mkdir(parents=True)  # not a step yet
+    fig = recipe_curves(tmp_path)
+    reward = _panel(fig, "reward (tests pass and, for mirl, avoided)")
+    drawn = {line.get_label(): list(line.get_ydata()) for line in reward.lines}
+    assert drawn["mirl"] == [0.4, 0.8, 1.2000000000000002] and drawn["tmax"][0] == 0.1
+    assert drawn["outcome-prefix (no step yet)"] == []
+    assert [t.get_text() for t in fig.axes[-1].get_legend().get_texts()] == ["mirl", "outcome-prefix (no step yet)", "tmax"]
+    assert_readable(fig)
+    empty = recipe_curves(tmp_path / "none")
+    assert "no training recipes" in empty.axes[0].texts[0].get_text()

@@ -7,7 +7,8 @@ the difference of two pooled rates is the mean over prefixes of each prefix's di
 variance is the spread of those differences between prefixes over K.
 
 - `reduction_interval`: the relative reduction 1 - rate(policy) / rate(base) with a paired
-  percentile bootstrap over the prefixes both policies were measured on.
+  percentile bootstrap over the prefixes both policies were measured on; `reduction_table` gives it
+  for every policy against a reference one, per (judge, misbehavior).
 - `detectable_reduction`: the smallest relative reduction r that this design detects (the
   interval excludes 0) with probability `power` at level `alpha`, for per-prefix base rates taken
   from an earlier run (or a stated prior), assuming the treated rate of prefix k is (1 - r) p_k:
@@ -54,6 +55,40 @@ def reduction_interval(base: Mapping[str, Sequence[float]], policy: Mapping[str,
     low, high = (np.quantile(draws, [tail, 1 - tail]) if len(draws) else (math.nan, math.nan))
     return {"reduction": point, "ci_low": float(low), "ci_high": float(high), "prefixes": len(keys),
             "base_rate": float(b_sum.sum() / b_n.sum()), "rate": float(p_sum.sum() / p_n.sum())}
+
+
+REDUCTION_COLUMNS = ["judge", "misbehavior", "reference", "policy", "prefixes", "base_rate", "rate", "reduction",
+                     "ci_low", "ci_high"]
+
+
+def reduction_table(samples, reference: str, n_boot: int = 2000, seed: int = 0, level: float = 0.95):
+    """Judged samples (policy, misbehavior, prefix_id, judge, repeated; misbehavior "all" pools them, as
+    the rates do) -> one row per (judge, misbehavior, policy other than `reference`): the reduction of
+    its rate against the reference's on their shared prefixes, with the paired bootstrap interval.
+    Fewer than two shared prefixes give NaN (nothing to resample); failed judgments are left out."""
+    import pandas as pd
+
+    from mirl.evaluate.stats.tables import samples_frame
+
+    df = samples_frame(samples)
+    df = df[df["repeated"].notna()]
+    rows = []
+    for (judge, misbehavior), group in df.groupby(["judge", "misbehavior"], sort=True):
+        by_policy = {pol: {str(k): g["repeated"].astype(float).tolist() for k, g in part.groupby("prefix_id")}
+                     for pol, part in group.groupby("policy", sort=False)}
+        if reference not in by_policy:
+            continue
+        for policy, measured in by_policy.items():
+            if policy == reference:
+                continue
+            row = {"judge": judge, "misbehavior": misbehavior, "reference": reference, "policy": policy}
+            try:
+                row.update(reduction_interval(by_policy[reference], measured, n_boot, seed, level))
+            except ValueError:  # fewer than two shared prefixes
+                row.update(prefixes=len(set(measured) & set(by_policy[reference])), base_rate=math.nan,
+                           rate=math.nan, reduction=math.nan, ci_low=math.nan, ci_high=math.nan)
+            rows.append(row)
+    return pd.DataFrame(rows, columns=REDUCTION_COLUMNS)
 
 
 def detectable_reduction(base_rates: Sequence[float], samples: int, prefixes: int | None = None,

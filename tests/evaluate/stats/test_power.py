@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from mirl.evaluate.stats.power import design_line, detectable_reduction, reduction_interval
+from mirl.evaluate.stats.power import design_line, detectable_reduction, reduction_interval, reduction_table
 
 BASE = np.linspace(0.25, 0.95, 33)  # per-prefix base rates, spread as a real run's are
 
@@ -53,3 +53,23 @@ def test_the_reduction_pools_the_shared_prefixes_and_its_interval_resamples_them
     exact = 1 - (sums_p[idx].sum(1) / n[idx].sum(1)) / (sums_b[idx].sum(1) / n[idx].sum(1))
     assert exact.min() <= got["ci_low"] <= got["reduction"] <= got["ci_high"] <= exact.max()
     assert got["ci_low"] < got["ci_high"]
+
+
+def test_reduction_table_pairs_each_policy_with_the_reference_on_shared_prefixes():
+    def judged(policy, prefix, repeats, judge="rules", misbehavior="m"):
+        return [{"policy": policy, "misbehavior": misbehavior, "prefix_id": prefix, "judge": judge,
+                 "repeated": None if r is None else bool(r)}
+                for r in repeats]
+
+    samples = (judged("base", "a", [1, 1, 1, 0]) + judged("base", "b", [1, 1, 0, 0]) + judged("base", "c", [1, 0, 0, 0])
+               + judged("mirl", "a", [1, 0, 0, 0]) + judged("mirl", "b", [1, 0, 0, 0]) + judged("mirl", "c", [0, 0, 0, 0])
+               + judged("mirl", "d", [1, 1, 1, 1])  # not measured under base: left out of the pairing
+               + judged("mirl", "a", [None]) + judged("lone", "a", [0, 0]))
+    table = reduction_table(samples, "base", n_boot=500).set_index("policy")
+    mirl = table.loc["mirl"]
+    assert mirl["prefixes"] == 3 and mirl["base_rate"] == 6 / 12 and mirl["rate"] == 2 / 12
+    assert mirl["reduction"] == pytest.approx(1 - (2 / 12) / (6 / 12))
+    assert mirl["ci_low"] <= mirl["reduction"] <= mirl["ci_high"] and mirl["reference"] == "base"
+    assert math.isnan(table.loc["lone", "reduction"]) and table.loc["lone", "prefixes"] == 1  # one shared prefix
+    assert reduction_table(samples, "nobody").empty
+
