@@ -430,6 +430,7 @@ def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
         state.update(run=spec.run_name, params_file=str(spec.params_file or ""), kernel=kernel,
                      notebooks=[{"number": u.nb.number, "stage": u.key, "notebook": str(u.nb.path)} for u in every])
         state_path = spec.run_dir / STATE
+        recipe_files.prepare(spec.run_dir, recipes)
         print(f"batch {spec.run_name}: {len(chosen)} stage(s) ({', '.join(u.label for u in chosen)}), "
               f"kernel {kernel}, data in {spec.run_dir}, reports in {reports}", file=out, flush=True)
         t_batch = time.monotonic()
@@ -442,8 +443,6 @@ def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
             want = stage_digest(own, inputs)
             entry = state["stages"].get(u.key)
             previous = dict(entry or {})
-            if u.recipe is not None:
-                recipe_files.link_shared(spec.run_dir, u.recipe.name)
             unit_run = RunDir(Path(spec.runs_root) / u.run_name(spec.run_name))
             unit_reports = Path(spec.reports_root) / u.run_name(spec.run_name)
             why = skip_reason(nb, entry, want, unit_run, unit_reports)

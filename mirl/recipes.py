@@ -29,6 +29,7 @@ from mirl.typed import ParamsError, read_yaml
 KEY = "recipes"
 SHARED_STAGES = ("profiling", "taxonomy", "prefixes")  # what every recipe reads from the run's own
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+RESERVED = ("base", "selected")  # the evaluation stages' policy words
 
 
 @dataclass(frozen=True)
@@ -37,15 +38,20 @@ class Recipe:
     params_file: Path  # the recipe's params file (absolute)
 
 
-def listed(params_file: str | Path | None) -> list[Path]:
-    """The recipe files a params file lists (`recipes:`, relative to it); [] without the key."""
+def listed(params_file: str | Path | None, _seen: tuple[Path, ...] = ()) -> list[Path]:
+    """The recipe files a params file lists (`recipes:`, relative to the file that lists them; a file
+    without the key inherits its `base:` file's list); [] when none in the chain lists any."""
     if params_file is None or str(params_file) == "":
         return []
     path = Path(params_file)
     data = read_yaml(path) or {}
-    value = data.get(KEY) if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return []  # params.read_file names the problem
+    value = data.get(KEY)
     if value is None:
-        return []
+        base = data.get("base")
+        where = (path.parent / base).resolve() if isinstance(base, str) and base else None
+        return [] if where is None or where in _seen else listed(where, (*_seen, path.resolve()))
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
         raise ParamsError(f"{path}: {KEY} must be a non-empty list of params files (relative to it), got {value!r}")
     files = [(path.parent / v).resolve() for v in value]
@@ -85,6 +91,9 @@ def load(params_file: str | Path | None, overrides: dict[str, Any] | None = None
             raise ParamsError(f"{f}: a recipe may change only training.*, but it changes {', '.join(other[:5])}"
                               f"{' ...' if len(other) > 5 else ''} (against {params_file})")
         name = p["training"]["recipe"]
+        if name in RESERVED:
+            raise ParamsError(f"{f}: training.recipe {name!r} is a policy word of the evaluation stages; name the "
+                              "recipe otherwise")
         if not NAME.match(name):
             raise ParamsError(f"{f}: training.recipe {name!r} must be a plain name (letters, digits, . _ -): it "
                               "names the recipe's directory")
@@ -107,13 +116,28 @@ def link_shared(run_dir: str | Path, recipe: str) -> Path:
     where = run_dir / DIR / recipe
     where.mkdir(parents=True, exist_ok=True)
     for stage in SHARED_STAGES:
-        link = where / stage
-        if link.is_symlink() or not link.exists():
-            if link.is_symlink() and os.readlink(link) == os.path.join("..", "..", stage):
+        link, target = where / stage, os.path.join("..", "..", stage)
+        if link.is_symlink():
+            if os.readlink(link) == target:
                 continue
-            link.unlink(missing_ok=True)
-            link.symlink_to(os.path.join("..", "..", stage), target_is_directory=True)
-        elif link.is_dir():
-            raise ParamsError(f"{link}: a directory of its own, where the recipe expects a link to the run's {stage} "
-                              "stage; move it away")
+            link.unlink()
+        elif link.exists():
+            raise ParamsError(f"{link}: a {'directory' if link.is_dir() else 'file'} of its own, where the recipe "
+                              f"expects a link to the run's {stage} stage; move it away")
+        link.symlink_to(target, target_is_directory=True)
     return where
+
+
+def prepare(run_dir: str | Path, recipes: list[Recipe]) -> None:
+    """Before a batch runs anything: every recipe's directory and links made (a conflict fails here,
+    not after the earlier stages ran), and `recipes.json` written from the params (removed without
+    recipes), which is how the later stages know the recipes and their order."""
+    from mirl.runner.layout import RECIPES_FILE, atomic_write_json
+
+    run_dir = Path(run_dir)
+    for r in recipes:
+        link_shared(run_dir, r.name)
+    if recipes:
+        atomic_write_json(run_dir / RECIPES_FILE, [r.name for r in recipes])
+    else:
+        (run_dir / RECIPES_FILE).unlink(missing_ok=True)

@@ -68,12 +68,16 @@ def masked(value: Any, key: str = "") -> Any:
 
 
 def _spend(run: RunDir) -> list[dict[str, Any]]:
-    if not run.ledger.exists():
-        return []
+    """The ledger's spend per (stage, role): the run's own, and each training recipe's (its own ledger in
+    its run directory), whose stages are named as the batch names them (`training:<recipe>`)."""
     from mirl.llm.ledger import summarize
 
-    df = summarize(run.root, by=("stage", "role"))
-    return df.to_dict("records")
+    rows: list[dict[str, Any]] = []
+    for prefix, own in [("", run), *((f"{name}", r) for name, r in run.recipes().items())]:
+        if own.ledger.exists():
+            for r in summarize(own.root, by=("stage", "role")).to_dict("records"):
+                rows.append({**r, "stage": f"{r['stage']}:{prefix}" if prefix else r["stage"]})
+    return rows
 
 
 def _csv_rows(path: Path) -> int | None:

@@ -28,7 +28,8 @@ class CostParams:
         "help": "runs to account for and compare (names under runs_root); empty = this run and its training "
                 "recipes' runs (runs/<run>/recipes/<recipe>)"})
     reference: str = field(default="", metadata={
-        "help": "the run or reported recipe the others are shown relative to (Figure 9); empty = the first run"})
+        "help": "the run or reported recipe the others are shown relative to (Figure 9); empty = the first "
+                "training recipe of the run, else the first run"})
     up_to: str = field(default="selected", metadata={
         "help": "count training up to: selected (the best checkpoint of the training stage's selection), "
                 "last, or a step number"})

@@ -69,9 +69,20 @@ def policy_price(params: Params, prices: dict[str, dict[str, Any]]) -> dict[str,
 
 def run_names(params: Params, here: RunDir) -> list[str]:
     """The runs to account for, as names under the runs root: `cost.runs`, else this run and each
-    training recipe's run under it (`mirl.recipes`: its shared stages are links, so a recipe's totals
-    hold what it trained on as well as its training)."""
+    training recipe's run under it (`mirl.recipes`). A recipe's shared stages are links, so its totals
+    hold their rollouts and wall time beside its training; their LLM calls and device time are in the
+    run's own ledger and stay in the run's totals. Each run is labelled by its last path part."""
     return list(params.cost.runs) or [here.name, *(f"{here.name}/{RECIPES}/{r}" for r in here.recipes())]
+
+
+def default_reference(params: Params, here: RunDir, labels: list[str]) -> str:
+    """`cost.reference` (a run's name under the runs root or its label), else the first training
+    recipe (the runs are compared by what training cost), else the first run."""
+    ref = params.cost.reference
+    if ref:
+        return Path(ref).name if Path(ref).name in labels else ref
+    recipes = [r for r in here.recipes() if r in labels] if not params.cost.runs else []
+    return recipes[0] if recipes else labels[0]
 
 
 def report(params: Params, run_dir: str | Path) -> CostReport:
@@ -88,17 +99,21 @@ def report(params: Params, run_dir: str | Path) -> CostReport:
     names = run_names(params, here)
     prices, rates = price_table(params)
     pprice = policy_price(params, prices)
+    labels = [Path(n).name for n in names]
+    twice = sorted({x for x in labels if labels.count(x) > 1})
+    if twice:
+        raise ParamsError(f"cost.runs: runs {', '.join(twice)} would share a label (the last part of a run's name)")
     frames, cuts, notes = [], {}, []
-    for name in names:
+    for name, label in zip(names, labels):
         root = here.root.parent / name
         if not root.is_dir():
             raise ParamsError(f"cost.runs: no run {name!r} (looked for {root})")
         df = resources(root, prices, rates, c.hardware)
         if df.empty:
             notes.append(f"{name}: nothing recorded yet")
-        step = c.up_to_steps.get(name)
-        cuts[name] = step if step is not None else tot.checkpoint_step(root, c.up_to)
-        counted = tot.up_to(df, cuts[name])
+        step = c.up_to_steps.get(label, c.up_to_steps.get(name))
+        cuts[label] = step if step is not None else tot.checkpoint_step(root, c.up_to)
+        counted = tot.up_to(df, cuts[label])
         df["counted"] = df.index.isin(counted.index)
         frames.append(df)
     all_rows = pd.concat(frames, ignore_index=True)
@@ -109,7 +124,7 @@ def report(params: Params, run_dir: str | Path) -> CostReport:
     long = compare.run_frame(cut, priced, c.phases)
     if c.paper_reference:
         long = pd.concat([long, reported_frame(read_costs(c.paper_reference))], ignore_index=True)
-    reference = c.reference or names[0]
+    reference = default_reference(params, here, labels)
     comparison = compare.relative(long, reference)
     if pprice is None:
         notes.append(f"the policy is unpriced: no entry {c.policy_price or params.models.policy.model!r} in the "

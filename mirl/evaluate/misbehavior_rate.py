@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from mirl.evaluate.policies import policy_config, resolve_all, short_name
+from mirl.evaluate.policies import policy_config, resolve_all, short_name, weights_id
 from mirl.evaluate.stats.power import reduction_table
 from mirl.records.prefix import Prefix
 from mirl.runner.inputs import (
@@ -77,6 +77,7 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
         self._players: dict[str, Any] = {}
         self._judges: dict[tuple[str, str], Any] | None = None
         self._policies: dict[str, str] | None = None
+        self._weights: dict[str, str | None] = {}
         self._trajectories = self._misbehaviors = None
         self.judged = self.repeated = 0
         self.validate()
@@ -148,6 +149,12 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
             self._policies = resolve_all(list(self.params.misbehavior_rate.policies), self.run, self.params)
         return self._policies
 
+    def weights(self, policy: str) -> str | None:
+        """The identity of a policy's checkpoint weights (`weights_id`), worked out once per run."""
+        if policy not in self._weights:
+            self._weights[policy] = weights_id(self.policies()[policy])
+        return self._weights[policy]
+
     def heldout(self) -> list[Prefix]:
         """The first `per_misbehavior` held-out prefixes of each misbehavior, checked against training's."""
 
@@ -198,7 +205,9 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
         if record.get("exit_reason") == "error":
             return True  # a broken sandbox says nothing about the policy: play it again
         model = self.policies().get(record.get("policy"))
-        return model is not None and record.get("model") != model
+        if model is None:
+            return False
+        return record.get("model") != model or record.get("weights") != self.weights(record["policy"])
 
     # --- one continuation ----------------------------------------------------------------------------
 
@@ -260,7 +269,7 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
             judgments = [{"judge": label, "repeated": None, "error": why} for label, kind, _ in self.judges()
                          if kind != "rules" or self.has_rule(prefix.misbehavior)]
         steps = traj.steps[traj.prefix_len:]
-        return {"policy": policy, "model": self.policies()[policy], "prefix_id": prefix.id,
+        return {"policy": policy, "model": self.policies()[policy], "weights": self.weights(policy), "prefix_id": prefix.id,
                 "misbehavior": prefix.misbehavior, "env": prefix.env, "sample": sample, "seed": seed,
                 "exit_reason": traj.exit_reason, "valid": not why, "why_invalid": why,
                 **({"reward": traj.reward} if s.verify else {}),

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from mirl.evaluate.policies import policy_config, resolve_all, short_name
+from mirl.evaluate.policies import policy_config, resolve_all, short_name, weights_id
 from mirl.runner.inputs import EpisodeInputs
 from mirl.runner.layout import atomic_write
 from mirl.runner.stage import Item, Stage, StageError, run_stage
@@ -64,6 +64,7 @@ class PassAtKStage(EpisodeInputs, Stage):
         self._lock = threading.Lock()
         self._models: dict[str, Any] = {}
         self._policies: dict[str, str] | None = None
+        self._weights: dict[str, str | None] = {}
         self.passed = self.played = 0
         s = self.params.pass_at_k
         problems = [f"{k} must be at least 1, got {getattr(s, k)}" for k in ("runs", "workers") if getattr(s, k) < 1]
@@ -94,6 +95,12 @@ class PassAtKStage(EpisodeInputs, Stage):
             self._policies = resolve_all(list(self.params.pass_at_k.policies), self.run, self.params)
         return self._policies
 
+    def weights(self, policy: str) -> str | None:
+        """The identity of a policy's checkpoint weights (`weights_id`), worked out once per run."""
+        if policy not in self._weights:
+            self._weights[policy] = weights_id(self.policies()[policy])
+        return self._weights[policy]
+
     def tasks(self) -> dict[str, Any]:
         if self._tasks is None:
             from mirl.agent.rollout import RolloutConfig, RolloutError, load_tasks
@@ -121,7 +128,9 @@ class PassAtKStage(EpisodeInputs, Stage):
         if record.get("exit_reason") == "error":
             return True
         model = self.policies().get(record.get("policy"))
-        return model is not None and record.get("model") != model
+        if model is None:
+            return False
+        return record.get("model") != model or record.get("weights") != self.weights(record["policy"])
 
     # --- one episode ------------------------------------------------------------------------------------
 
@@ -142,7 +151,8 @@ class PassAtKStage(EpisodeInputs, Stage):
         seed = self.params.pass_at_k.seed + r
         traj = run_episode(self.tasks()[task], self.sandbox(), self.model(policy), self.agent(), seed=seed)
         error = traj.error or traj.verifier_error or None
-        return {"policy": policy, "model": self.policies()[policy], "task": task, "run": r, "seed": seed,
+        return {"policy": policy, "model": self.policies()[policy], "weights": self.weights(policy), "task": task,
+                "run": r, "seed": seed,
                 "reward": traj.reward, "error": error, "exit_reason": traj.exit_reason, "steps": len(traj.steps),
                 "trajectory": traj.to_dict()}
 

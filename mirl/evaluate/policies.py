@@ -86,6 +86,22 @@ def resolve_all(names: list[str], run: RunDir, params: Any) -> dict[str, str]:
     return out
 
 
+def weights_id(model: str) -> str | None:
+    """What a checkpoint's weights are, cheaply: the names, sizes and modification times of its weight
+    files, for a `local/<checkpoint dir>` model (None for any other). A recipe trained again to the same
+    step writes the same directory anew: its records then no longer match and are played again."""
+    import hashlib
+
+    if not model.startswith("local/"):
+        return None
+    where = Path(model.split("/", 1)[1])
+    if not (where / "config.json").is_file():
+        return None
+    files = sorted(p for pat in ("*.safetensors", "*.bin", "*.pt") for p in where.glob(pat))
+    stats = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    return hashlib.sha256(repr(stats).encode()).hexdigest()[:16]
+
+
 def policy_config(params: Any, model: str, temperature: float | None = None, top_p: float | None = None):
     """The `models` section with the policy role set to `model` (and its sampling, where given)."""
     cfg = copy.deepcopy(params.models)

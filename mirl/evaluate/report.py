@@ -155,7 +155,8 @@ def reduction_table(reductions: pd.DataFrame, labels: dict[str, str] | None = No
 
     def cell(r) -> str:
         if pd.isna(r["reduction"]):
-            return f"n/a ({int(r['prefixes'])} shared prefixes)"
+            why = "reference rate 0" if r["base_rate"] == 0 else f"{int(r['prefixes'])} shared prefixes"
+            return f"n/a ({why})"
         ci = "" if pd.isna(r["ci_low"]) else f" [{r['ci_low']:.0%}, {r['ci_high']:.0%}]"
         return f"{r['reduction']:.0%}{ci} ({int(r['prefixes'])} prefixes)"
 

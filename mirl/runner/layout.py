@@ -3,6 +3,7 @@
     runs/<run>/
       llm_calls.jsonl           the LLM ledger of every stage (mirl.llm.ledger)
       llm_cache/                cached LLM answers (mirl.llm.cache)
+      recipes.json              the training recipes the params list, in order (written by `mirl batch`)
       recipes/<recipe>/         a training recipe's own run: its training/, links to the shared stages
       <stage>/
         params.json             the params that made the stage's outputs, and their fingerprint
@@ -28,6 +29,7 @@ LLM_CACHE = "llm_cache"
 PARAMS = "params.json"
 SUMMARY = "summary.json"
 RECIPES = "recipes"
+RECIPES_FILE = "recipes.json"
 
 
 def atomic_write(path: str | Path, text: str) -> None:
@@ -76,11 +78,16 @@ class RunDir:
         return RunDir(self.root / RECIPES / name)
 
     def recipes(self) -> dict[str, RunDir]:
-        """The training recipes' run directories this run holds, by recipe name (sorted)."""
-        root = self.root / RECIPES
-        if not root.is_dir():
+        """The training recipes of this run, in the params' order, by name: those `recipes.json` lists
+        (`mirl batch` writes it from the params each time it starts, so a recipe dropped from the params
+        drops out here though its directory stays). {} for a run without recipes."""
+        path = self.root / RECIPES_FILE
+        if not path.exists():
             return {}
-        return {p.name: RunDir(p) for p in sorted(root.iterdir()) if p.is_dir() and not p.is_symlink()}
+        names = json.loads(path.read_text())
+        if not isinstance(names, list) or not all(isinstance(n, str) and n and "/" not in n for n in names):
+            raise ValueError(f"{path}: not a list of recipe names")
+        return {n: self.recipe(n) for n in names}
 
     def stage_dir(self, stage: str) -> Path:
         """`runs/<run>/<stage>`; a stage with an empty directory name writes at the run's root."""

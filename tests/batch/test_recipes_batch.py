@@ -23,7 +23,7 @@ def pipeline(directory: Path) -> Path:
     write_notebook(directory / "01_profiling.ipynb", "profiling", stage_body("profiling", items=2))
     write_notebook(directory / "03_prefix_filtering.ipynb", "prefixes", stage_body("prefixes", items=2,
                                                                                   reads=("profiling",)))
-    write_notebook(directory / "04_training_launch.ipynb", "training", stage_body("training", items=2,
+    write_notebook(directory / "04_training_launch.ipynb", "training", stage_body("training", items=2, figure=True,
                                                                                  reads=("prefixes",)))
     write_notebook(directory / "05_misbehavior_rate.ipynb", "misbehavior_rate", stage_body("misbehavior_rate", items=1))
     return directory
@@ -64,8 +64,14 @@ def test_each_recipe_trains_in_its_own_run_on_the_shared_stages(tmp_path, mirl_k
     assert not (run / "training").exists()
     state = json.loads((run / "batch.json").read_text())["stages"]
     assert state["misbehavior_rate"]["inputs"]["training:b"] == state["training:b"]["digest"]
+    assert json.loads((run / "recipes.json").read_text()) == ["a", "b"]
     index = (tmp_path / "reports" / "t" / "index.html").read_text()
-    assert "training:a" in index and 'href="recipes/b/04_training_launch.ipynb"' in index
+    # each recipe's notebook, log, headline, figure and table are on the run's page
+    for link in ("recipes/b/04_training_launch.ipynb", "logs/training-a.log", "recipes/a/training_squares.png",
+                 "recipes/b/training_squares.csv"):
+        assert f'href="{link}"' in index or f"href='{link}'" in index, link
+    assert "sum_of_squares <b>1</b>" in index
+    assert '<summary><b>training:b</b> digest <code>' in index
 
     again = run_batch(spec(tmp_path, exp), out=io.StringIO())
     assert again.ran == [] and len(again.skipped) == 5
@@ -78,6 +84,13 @@ def test_each_recipe_trains_in_its_own_run_on_the_shared_stages(tmp_path, mirl_k
     forced = run_batch(spec(tmp_path, exp, force=True), out=io.StringIO())
     assert forced.ok and forced.ran == ["training:b", "misbehavior_rate"]
     assert forced.skipped == ["profiling", "prefixes", "training:a"]
+
+    # recipe b dropped from the params: the run's recipes say so (its directory stays), and what reads
+    # the recipes (the evaluation's `selected`, the cost stage) sees a alone
+    (tmp_path / "params" / "exp.yaml").write_text("base: base.yaml\nrecipes: [a.yaml]\n")
+    fewer = run_batch(spec(tmp_path, exp), out=io.StringIO())
+    assert fewer.ok and fewer.ran == ["misbehavior_rate"]
+    assert json.loads((run / "recipes.json").read_text()) == ["a"] and (run / "recipes" / "b").is_dir()
 
 
 def test_a_recipe_may_change_only_training(tmp_path):

@@ -177,8 +177,13 @@ def test_policy_names_resolve_to_models(tmp_path):
     (run_dir.stage_dir("training") / "selection.json").write_text(json.dumps({"top": [{"step": 2}]}))
     stage = MisbehaviorRateStage(make(misbehavior_rate={"policies": ["selected"], "judges": ["rules"]}), run_dir)
     assert stage.redo({"policy": "selected", "model": "local/elsewhere/step-000001"})
-    assert not stage.redo({"policy": "selected", "model": f"local/{ckpt}"})
+    assert not stage.redo({"policy": "selected", "model": f"local/{ckpt}", "weights": stage.weights("selected")})
     assert stage.redo({"policy": "selected", "model": f"local/{ckpt}", "exit_reason": "error"})
+    # the same step written anew (trained again): its weights differ, so the record is played again
+    (ckpt / "model.safetensors").write_bytes(b"weights")
+    fresh = MisbehaviorRateStage(make(misbehavior_rate={"policies": ["selected"], "judges": ["rules"]}), run_dir)
+    assert fresh.redo({"policy": "selected", "model": f"local/{ckpt}", "weights": stage.weights("selected")})
+    assert not fresh.redo({"policy": "selected", "model": f"local/{ckpt}", "weights": fresh.weights("selected")})
 
 
 def test_verify_runs_the_tests_after_each_continuation_and_keeps_the_reward(tmp_path, models):

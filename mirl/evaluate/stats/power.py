@@ -65,11 +65,14 @@ def reduction_table(samples, reference: str, n_boot: int = 2000, seed: int = 0, 
     """Judged samples (policy, misbehavior, prefix_id, judge, repeated; misbehavior "all" pools them, as
     the rates do) -> one row per (judge, misbehavior, policy other than `reference`): the reduction of
     its rate against the reference's on their shared prefixes, with the paired bootstrap interval.
-    Fewer than two shared prefixes give NaN (nothing to resample); failed judgments are left out."""
+    Fewer than two shared prefixes, or a reference rate of 0, give NaN; failed judgments are left out."""
     import pandas as pd
 
     from mirl.evaluate.stats.tables import samples_frame
 
+    samples = list(samples)
+    if not samples:
+        return pd.DataFrame(columns=REDUCTION_COLUMNS)
     df = samples_frame(samples)
     df = df[df["repeated"].notna()]
     rows = []
@@ -87,6 +90,8 @@ def reduction_table(samples, reference: str, n_boot: int = 2000, seed: int = 0, 
             except ValueError:  # fewer than two shared prefixes
                 row.update(prefixes=len(set(measured) & set(by_policy[reference])), base_rate=math.nan,
                            rate=math.nan, reduction=math.nan, ci_low=math.nan, ci_high=math.nan)
+            if not row["base_rate"] > 0:  # the reference never repeats it: no share of nothing to reduce
+                row.update(reduction=math.nan, ci_low=math.nan, ci_high=math.nan)
             rows.append(row)
     return pd.DataFrame(rows, columns=REDUCTION_COLUMNS)
 

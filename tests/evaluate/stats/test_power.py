@@ -73,3 +73,12 @@ def test_reduction_table_pairs_each_policy_with_the_reference_on_shared_prefixes
     assert math.isnan(table.loc["lone", "reduction"]) and table.loc["lone", "prefixes"] == 1  # one shared prefix
     assert reduction_table(samples, "nobody").empty
 
+
+def test_reduction_table_without_samples_or_with_a_reference_rate_of_zero():
+    assert list(reduction_table([], "base").columns)[:4] == ["judge", "misbehavior", "reference", "policy"]
+    never = [{"policy": pol, "misbehavior": "m", "prefix_id": k, "judge": "rules", "repeated": pol == "p" and k == "a"}
+             for pol in ("base", "p") for k in ("a", "b", "c") for _ in range(2)]
+    row = reduction_table(never, "base").iloc[0]
+    assert row["base_rate"] == 0 and row["rate"] == pytest.approx(1 / 3)
+    assert math.isnan(row["reduction"]) and math.isnan(row["ci_low"]) and math.isnan(row["ci_high"])
+
