@@ -9,9 +9,10 @@ Each recipe is a params file (usually `base:` the same file) that changes only `
 named by its `training.recipe`. `mirl batch` then runs the training notebook once per recipe, each
 in its own run directory under the run's, `runs/<run>/recipes/<recipe>/`, where the shared stages'
 directories are links to the run's own (so the training stage reads and digests the one copy), and
-reports go to `reports/<run>/recipes/<recipe>/`. The evaluation stages read every recipe's selected
-checkpoint from there (`selected` then means one policy per recipe, named by the recipe) and the
-cost stage counts each recipe's run beside the run's own.
+reports go to `reports/<run>/recipes/<recipe>/`. The batch writes the recipes' names, in order, to
+`runs/<run>/recipes.json`; the evaluation stages read every listed recipe's selected checkpoint
+(`selected` then means one policy per recipe, named by the recipe) and the cost stage counts each
+listed recipe's run beside the run's own.
 """
 
 from __future__ import annotations
