@@ -59,8 +59,9 @@ def labelled(df: pd.DataFrame, labels: dict[str, str] | None) -> pd.DataFrame:
 
 
 def _bars(ax, table: pd.DataFrame, x: str, hue: str, y: str, low: str | None, high: str | None,
-          err: str | None = None) -> None:
-    """Grouped bars of `y` by `x` and `hue`, with asymmetric error bars (low/high) or +- err."""
+          err: str | None = None, mark_missing: bool = False) -> None:
+    """Grouped bars of `y` by `x` and `hue`, with asymmetric error bars (low/high) or +- err; with
+    `mark_missing`, a bar without a value says `n/a` where it would stand (else it looks like a 0)."""
     import seaborn as sns
 
     xs, hues = list(dict.fromkeys(table[x])), list(dict.fromkeys(table[hue]))
@@ -80,6 +81,8 @@ def _bars(ax, table: pd.DataFrame, x: str, hue: str, y: str, low: str | None, hi
             yerr = None
         ax.bar(pos, np.nan_to_num(values), width=width, color=color, label=h, yerr=yerr, capsize=3,
                error_kw={"elinewidth": 1})
+        for xpos in pos[np.isnan(values)] if mark_missing else []:
+            ax.text(xpos, 0, "n/a", ha="center", va="bottom", fontsize=7, rotation=90, color="0.35")
     ax.set_xticks(np.arange(len(xs)), xs, rotation=30, ha="right")
 
 
@@ -133,7 +136,7 @@ def reduction_figure(reductions: pd.DataFrame, labels: dict[str, str] | None = N
             ax.text(0.5, 0.5, "no policy to compare\n(one policy, or fewer than\ntwo shared prefixes)",
                     ha="center", va="center", fontsize=9, transform=ax.transAxes)
         else:
-            _bars(ax, part, "misbehavior", "label", "reduction", "ci_low", "ci_high")
+            _bars(ax, part, "misbehavior", "label", "reduction", "ci_low", "ci_high", mark_missing=True)
             _level_ticks(ax)
         ax.axhline(0, color="black", lw=0.8)
         ax.set_title(f"judge: {judge}")

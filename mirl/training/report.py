@@ -59,6 +59,12 @@ def recipe_curves(run_dir):
 
     frames = {name: (load_metrics(rd.root) if rd.file(STAGE, METRICS).exists() else pd.DataFrame())
               for name, rd in RunDir(run_dir).recipes().items()}
+    if not frames:
+        fig, ax = plt.subplots(figsize=(5, 1.6))
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "this run has no training recipes\n(a params file lists them under `recipes:`)",
+                ha="center", va="center", fontsize=10, transform=ax.transAxes)
+        return fig
     last = max([int(df["step"].max()) for df in frames.values() if not df.empty and "step" in df] or [1])
     markers = "osD^vP*X"
     fig, axes = plt.subplots(1, len(RECIPE_PANELS), figsize=(4 * len(RECIPE_PANELS), 3.4), squeeze=False)
@@ -74,11 +80,7 @@ def recipe_curves(run_dir):
         ax.set_ylim(-0.03, 1.03)
         ax.xaxis.set_major_locator(MaxNLocator(nbins=min(last, 10), integer=True, min_n_ticks=1))
         ax.grid(alpha=0.3)
-    if frames:
-        axes[0][-1].legend(title="recipe", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    else:
-        axes[0][0].text(0.5, 0.5, "this run has no training recipes\n(params: recipes)", ha="center",
-                        va="center", fontsize=9, transform=axes[0][0].transAxes)
+    axes[0][-1].legend(title="recipe", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
 

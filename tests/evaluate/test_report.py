@@ -93,6 +93,8 @@ def test_reduction_and_success_figures_draw_intervals_and_say_when_empty():
     assert table.loc["all", ("mirl", "rules")] == "50% [30%, 70%] (10 prefixes)"
     assert "no policy" in report.reduction_table(reductions.iloc[:0]).iloc[0, 0]
     assert report.reduction_figure(reductions.iloc[:0]).axes[0].texts
+    unknown = reductions.assign(reduction=[0.5, float("nan"), 0.2, 0.1])
+    assert [t.get_text() for t in report.reduction_figure(unknown).axes[0].texts] == ["n/a"]
     success = pd.DataFrame([{"policy": "base", "misbehavior": "all", "judge": "tests", "n_prefixes": 3,
                              "n_samples": 12, "n_failed": 0, "success": 0.25, "se": 0.1, "ci_low": 0.1, "ci_high": 0.4}])
     assert report.success_table(success).loc["all", ("base", "tests")] == "0.25 [0.10, 0.40] (n=12)"

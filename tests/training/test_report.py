@@ -46,6 +46,7 @@ def test_recipe_curves_draw_each_recipe_and_name_one_without_a_step(tmp_path):
         train.mkdir(parents=True)
         (train / "metrics.jsonl").write_text("".join(json.dumps(_row(s, 1, reward=reward * s)) + "\n" for s in (1, 2, 3)))
     (tmp_path / "recipes" / "outcome-prefix" / "training").mkdir(parents=True)  # not a step yet
+    (tmp_path / "recipes.json").write_text('["mirl", "outcome-prefix", "tmax"]')
     fig = recipe_curves(tmp_path)
     reward = _panel(fig, "reward (tests pass and, for mirl, avoided)")
     drawn = {line.get_label(): list(line.get_ydata()) for line in reward.lines}
@@ -54,4 +55,4 @@ def test_recipe_curves_draw_each_recipe_and_name_one_without_a_step(tmp_path):
     assert [t.get_text() for t in fig.axes[-1].get_legend().get_texts()] == ["mirl", "outcome-prefix (no step yet)", "tmax"]
     assert_readable(fig)
     empty = recipe_curves(tmp_path / "none")
-    assert "no training recipes" in empty.axes[0].texts[0].get_text()
+    assert len(empty.axes) == 1 and "no training recipes" in empty.axes[0].texts[0].get_text()
