@@ -42,7 +42,7 @@ class RolloutConfig:
     """What to roll out, where, and how wide."""
 
     tasks: list[str] = field(default_factory=lambda: ["tasks"], metadata={
-        "help": "task directories, or directories holding task directories"})
+        "help": "task directories, or directories holding task directories; `!<task id>` leaves that task out"})
     task_ids: list[str] = field(default_factory=list, metadata={"help": "only these task ids; empty: all found"})
     model: str = field(default="", metadata={
         "help": "policy model name, e.g. local/smollm2 or hosted_vllm/<id>; empty: llm.policy.model"})
@@ -87,12 +87,16 @@ class RolloutResult:
 
 
 def load_tasks(config: RolloutConfig) -> list[Task]:
+    """The tasks under `config.tasks`; an entry `!<task id>` leaves that task out (e.g. one whose set-up
+    needs a tool a machine lacks), and an id it names must be among the tasks found."""
     from mirl.tasks import TaskInvalid, find_tasks, load_task
 
-    missing = [p for p in config.tasks if not Path(p).exists()]
+    where = [p for p in config.tasks if not p.startswith("!")]
+    left_out = {p[1:].strip() for p in config.tasks if p.startswith("!")}
+    missing = [p for p in where if not Path(p).exists()]
     if missing:
         raise RolloutError(f"no such task path(s): {', '.join(missing)}")
-    paths = find_tasks(*config.tasks)
+    paths = find_tasks(*where)
     tasks, problems = [], []
     for p in paths:
         try:
@@ -102,13 +106,18 @@ def load_tasks(config: RolloutConfig) -> list[Task]:
     if problems:
         raise RolloutError("invalid task(s); fix them or leave them out (see `mirl tasks validate`):\n"
                            + "\n".join(problems))
+    unknown = sorted(left_out - {t.id for t in tasks})
+    if unknown:
+        raise RolloutError(f"task id(s) to leave out not found under {', '.join(where)}: {', '.join(unknown)}")
+    tasks = [t for t in tasks if t.id not in left_out]
     if config.task_ids:
         unknown = sorted(set(config.task_ids) - {t.id for t in tasks})
         if unknown:
-            raise RolloutError(f"task id(s) not found under {', '.join(config.tasks)}: {', '.join(unknown)}")
+            raise RolloutError(f"task id(s) not found under {', '.join(where)}: {', '.join(unknown)}")
         tasks = [t for t in tasks if t.id in set(config.task_ids)]
     if not tasks:
-        raise RolloutError(f"no task directories found in {', '.join(config.tasks)}")
+        raise RolloutError(f"no task directories found in {', '.join(where)}"
+                           + (f" (leaving out {', '.join(sorted(left_out))})" if left_out else ""))
     return tasks
 
 

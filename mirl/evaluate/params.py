@@ -52,7 +52,8 @@ class PassAtKParams:
     policies: list[str] = field(default_factory=lambda: ["base", "selected"], metadata={
         "help": "policies to run, in order (the first is the one the others are compared with): model names, "
                 "base or selected, as for misbehavior_rate"})
-    tasks: str = field(default="tasks", metadata={"help": "task set: a directory of tasks, or comma-separated task dirs"})
+    tasks: str = field(default="tasks", metadata={
+        "help": "task set: a directory of tasks, or comma-separated task dirs; `!<task id>` leaves one out"})
     max_tasks: int = field(default=0, metadata={"help": "use only the first N tasks (sorted by id); 0 = all"})
     runs: int = field(default=3, metadata={"help": "runs (seeds) of every task per policy; pass@k for k = 1..runs (paper: 3)"})
     sources: list[str] = field(default_factory=list, metadata={

@@ -15,7 +15,8 @@ from typing import Literal
 class ProfilingParams:
     """Flat on purpose: these are the literals of notebook 01's parameters cell."""
 
-    tasks: str = field(default="tasks", metadata={"help": "task pool: a directory of tasks, or comma-separated task dirs"})
+    tasks: str = field(default="tasks", metadata={
+        "help": "task pool: a directory of tasks, or comma-separated task dirs; `!<task id>` leaves one out"})
     max_tasks: int = field(default=0, metadata={"help": "use only N tasks of the pool (task_order says which); 0 = all"})
     task_order: Literal["sorted", "random"] = field(default="sorted", metadata={
         "help": "with max_tasks: the first N by id (sorted), or N drawn at random, seeded by task_seed (random: the "

@@ -101,7 +101,8 @@ class TrainingParams:
         "help": "how a prefix's sandbox state is made: snapshot when the prefix stage kept one (auto), else "
                 "re-running its commands"})
     tasks: str = field(default="", metadata={
-        "help": "task pool for start=random (comma-separated dirs); empty: the profiling stage's pool"})
+        "help": "task pool for start=random (comma-separated dirs, `!<task id>` leaves one out); empty: the "
+                "profiling stage's pool"})
     environments: int = field(default=0, metadata={
         "help": "train on this many environments drawn at random (seeded) from where the starts come from: the "
                 "task pool (random, pivot) or the prefixes' environments (prefix, env); 0 = all (paper: 189 for "

@@ -15,6 +15,7 @@ from mirl.jsonl import read_jsonl
 from mirl.records.trajectory import steps_frame, trajectories_frame
 
 HERE = Path(__file__).parent
+REPO = HERE.parents[1]
 
 
 def _tasks(tmp_path, n=3):
@@ -105,6 +106,16 @@ def test_bad_task_paths_give_clear_errors(tmp_path):
         load_tasks(RolloutConfig(tasks=[str(tmp_path / "nope")]))
     with pytest.raises(RolloutError, match="no task directories"):
         load_tasks(RolloutConfig(tasks=[str(tmp_path)]))
+
+
+def test_a_pool_entry_with_a_bang_leaves_that_task_out(tmp_path):
+    all_ids = {t.id for t in load_tasks(RolloutConfig(tasks=[str(REPO / "tasks")]))}
+    kept = load_tasks(RolloutConfig(tasks=[str(REPO / "tasks"), "!sqlite-top-customers", "!count-lines"]))
+    assert {t.id for t in kept} == all_ids - {"sqlite-top-customers", "count-lines"}
+    with pytest.raises(RolloutError, match="to leave out not found under .*: no-such-task"):
+        load_tasks(RolloutConfig(tasks=[str(REPO / "tasks"), "!no-such-task"]))
+    with pytest.raises(RolloutError, match=r"no task directories .* \(leaving out count-lines\)"):
+        load_tasks(RolloutConfig(tasks=[str(REPO / "tasks" / "count-lines"), "!count-lines"]))
 
 
 def test_ray_missing_is_a_clear_error(tmp_path, monkeypatch):
