@@ -365,19 +365,26 @@ def export_html(notebook: Path) -> Path | None:
     return html
 
 
-def check_batch(spec: BatchSpec, rates_from: str | Path | None = None) -> list[str]:
-    """What `mirl batch --check` prints: every stage notebook's parameters resolved (a bad one raises
-    `ParamsError` naming it), then the evaluation's design (`mirl.evaluate.design`). Runs nothing."""
-    from mirl import params as pipeline
+def _plan(spec: BatchSpec) -> tuple[list[Notebook], str, list[Any], list[Unit], dict[str, dict[str, Any]]]:
+    """The pipeline's notebooks, the kernel, the params' recipes, the notebook runs they make, and each
+    run's resolved parameters: every one checked before any kernel starts (a bad one raises, named)."""
     from mirl import recipes as recipe_files
-    from mirl.evaluate.design import plan_design
 
     notebooks = discover(spec.notebooks_dir)
     kernel = kernel_name(spec.kernel)
     recipes = recipe_files.load(spec.params_file, spec.overrides)
     every = units(notebooks, recipes)
-    for u in every:
-        resolve_parameters(_run_spec(spec, u, kernel, spec.force))
+    resolved = {u.key: resolve_parameters(_run_spec(spec, u, kernel, spec.force))[0] for u in every}
+    return notebooks, kernel, recipes, every, resolved
+
+
+def check_batch(spec: BatchSpec, rates_from: str | Path | None = None) -> list[str]:
+    """What `mirl batch --check` prints: every stage notebook's parameters resolved (a bad one raises
+    `ParamsError` naming it), then the evaluation's design (`mirl.evaluate.design`). Runs nothing."""
+    from mirl import params as pipeline
+    from mirl.evaluate.design import plan_design
+
+    notebooks, kernel, recipes, every, _ = _plan(spec)
     params = pipeline.load(spec.params_file, spec.overrides)
     lines = [f"params: {len(every)} stage notebook run(s) valid ({', '.join(u.label for u in every)})"]
     if recipes:
@@ -411,15 +418,9 @@ def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
     from mirl.report_index import write_index
 
     out = out or sys.stdout
-    pipeline_nbs = discover(spec.notebooks_dir)
-    kernel = kernel_name(spec.kernel)
-    recipes = recipe_files.load(spec.params_file, spec.overrides)
-    every = units(pipeline_nbs, recipes)
+    pipeline_nbs, kernel, recipes, every, resolved = _plan(spec)
     chosen_nbs = select(pipeline_nbs, spec.first, spec.last)
     chosen = [u for u in every if u.nb in chosen_nbs]
-    resolved: dict[str, dict[str, Any]] = {}
-    for u in every:  # every stage's params checked (and digested) before any kernel starts
-        resolved[u.key], _ = resolve_parameters(_run_spec(spec, u, kernel, spec.force))
     raw = pipeline.apply_overrides(pipeline.read_file(spec.params_file), spec.overrides)
     if recipes:
         raw["recipes"] = {r.name: str(r.params_file) for r in recipes}

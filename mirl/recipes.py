@@ -86,8 +86,8 @@ def load(params_file: str | Path | None, overrides: dict[str, Any] | None = None
         if KEY in (read_yaml(f) or {}):
             raise ParamsError(f"{f}: a recipe cannot list recipes itself")
         p = dataclasses.asdict(pipeline.from_values(pipeline.apply_overrides(values, dict(overrides or {})), str(f)))
-        other = [d for d in _differences({k: v for k, v in main.items() if k != "training"},
-                                         {k: v for k, v in p.items() if k != "training"})]
+        other = _differences({k: v for k, v in main.items() if k != "training"},
+                             {k: v for k, v in p.items() if k != "training"})
         if other:
             raise ParamsError(f"{f}: a recipe may change only training.*, but it changes {', '.join(other[:5])}"
                               f"{' ...' if len(other) > 5 else ''} (against {params_file})")

@@ -80,6 +80,11 @@ def _spend(run: RunDir) -> list[dict[str, Any]]:
     return rows
 
 
+def _own_run(run: RunDir, entry: dict[str, Any]) -> RunDir:
+    """Where a batch entry's stage wrote: a recipe's training in the recipe's run, else the run."""
+    return run.recipe(entry["recipe"]) if entry.get("recipe") else run
+
+
 def _csv_rows(path: Path) -> int | None:
     try:
         with open(path, newline="", encoding="utf-8") as f:
@@ -125,7 +130,7 @@ def write_index(run_dir: str | Path, reports: str | Path, state: dict[str, Any] 
         log = reports / (e.get("log") or f"logs/{stage}.log")
         if log.exists():
             links.append(_link(reports, log, "log"))
-        own = run.recipe(e["recipe"]) if e.get("recipe") else run  # a recipe's training
+        own = _own_run(run, e)
         nums = headline(own.read_summary(e.get("stage") or stage))
         numbers = ", ".join(f"{_e(k)} <b>{_e(v)}</b>" for k, v in nums.items())
         status = e.get("status", "?")
@@ -173,7 +178,7 @@ def write_index(run_dir: str | Path, reports: str | Path, state: dict[str, Any] 
                "(<code>runs/&lt;run&gt;/&lt;stage&gt;/params.json</code>)</p>")
     for stage in order:
         e = entries.get(stage) or {}
-        own = run.recipe(e["recipe"]) if e.get("recipe") else run
+        own = _own_run(run, e)
         path = own.params(e.get("stage") or stage)
         if not path.exists():
             continue
