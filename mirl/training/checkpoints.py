@@ -4,6 +4,10 @@
                                                    (Hugging Face format: `transformers` and the
                                                    generators load it), optimizer.pt, state.json
 
+Only the newest checkpoint keeps the optimizer state (`RESUME_STATE`): resuming reads the newest,
+and the state is twice the weights (Adam's two moments), so keeping it at every step would triple
+the disk a run needs. Older checkpoints keep their weights, which selection and evaluation read.
+
 A checkpoint is written to a temporary directory and renamed into place, so a directory with a
 `state.json` is complete; anything else under `checkpoints/` is a torn write and is ignored (and
 removed on the next save). Selection follows the paper: the top N checkpoints by the training
@@ -68,8 +72,34 @@ def save(root: Path, step: int, write: Callable[[Path], None], state: dict[str, 
         raise
 
 
+RESUME_STATE = ("optimizer.pt", "zero")  # the embedded learner's file, DeepSpeed's partitioned directory
+
+
+def drop_resume_state(root: Path, newest: int) -> list[int]:
+    """Remove the optimizer state of every complete checkpoint but step `newest`; the steps it was
+    removed from. Each removal is one unlink or one rename aside, so a kill leaves a checkpoint with
+    or without its state, never half of it."""
+    dropped = []
+    for step, d in list_checkpoints(root):
+        if step == newest:
+            continue
+        found = False
+        for name in RESUME_STATE:
+            path = d / name
+            if path.is_dir():
+                shutil.rmtree(_aside(Path(root), path), ignore_errors=True)
+                found = True
+            elif path.exists():
+                path.unlink()
+                found = True
+        if found:
+            dropped.append(step)
+    return dropped
+
+
 def _aside(root: Path, d: Path) -> Path:
-    """Move checkpoint `d` into a fresh `.tmp-old-*` directory (one rename) and return that directory."""
+    """Move `d` (a checkpoint, or a directory in one) into a fresh `.tmp-old-*` directory (one rename)
+    and return that directory."""
     old = Path(tempfile.mkdtemp(prefix=".tmp-old-", dir=root))
     d.rename(old / d.name)
     return old

@@ -26,6 +26,8 @@ weights the two agree up to kernel rounding; the step stats report that mismatch
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -35,6 +37,8 @@ from typing import Any
 import torch
 
 from mirl.training.loss import clipped_loss, dppo_loss
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -358,7 +362,9 @@ class Learner:
         torch.save({"optimizer": self.optimizer.state_dict(), "steps": self.steps}, d / "optimizer.pt")
 
     def load(self, directory: Any) -> None:
-        """Weights and optimizer state from a checkpoint written by `save`."""
+        """Weights and optimizer state from a checkpoint written by `save`. A checkpoint that is no
+        longer the newest has no optimizer state (`mirl.training.checkpoints.RESUME_STATE`); from one,
+        training goes on from its weights with a fresh optimizer, and says so."""
         from pathlib import Path
 
         from mirl.engines.weights import load_state
@@ -368,6 +374,14 @@ class Learner:
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected:
             raise KeyError(f"{d}: weights not in the policy: {sorted(unexpected)[:5]}")
+        if not (d / "optimizer.pt").exists():
+            self.optimizer.state.clear()
+            info = d / "state.json"
+            self.steps = int(json.loads(info.read_text()).get("step", 0)) if info.exists() else 0
+            log.warning(
+                "%s has no optimizer state (only the newest checkpoint keeps it): training goes on from its "
+                "weights with a fresh optimizer", d)
+            return
         opt = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=False)
         self.optimizer.load_state_dict(opt["optimizer"])
         self.steps = int(opt["steps"])

@@ -514,6 +514,7 @@ def save_checkpoint(stage: TrainingStage, engine: EmbeddedEngine, step: int, dra
     t = stage.params.training
     path = ckpt.save(stage.checkpoints, step, engine.save,
                      {"draws": draws, "recipe": t.recipe, "digest": digest, "time": time.time()})
+    ckpt.drop_resume_state(stage.checkpoints, step)
     ckpt.prune(stage.checkpoints, t.keep_checkpoints)
     return path
 

@@ -61,6 +61,25 @@ def test_smollm2_greedy_stop_and_context_errors(make_client):
     assert err.value.kind == "context_length" and client.slept == []
 
 
+def test_the_converted_copy_is_named_by_content_not_by_install_time(tmp_path, monkeypatch):
+    """A reinstalled wheel (same file, new mtime) finds the copy it made before; a changed file gets
+    its own."""
+    import os
+
+    monkeypatch.setenv("MIRL_CACHE", str(tmp_path / "cache"))
+    data = os.urandom(3 << 20)
+    a, b = tmp_path / "a" / "m.gguf", tmp_path / "b" / "m.gguf"
+    for path in (a, b):
+        path.parent.mkdir()
+        path.write_bytes(data)
+    os.utime(b, ns=(1, 1))
+    assert weights.converted_dir(a) == weights.converted_dir(b)
+    b.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # the last byte differs
+    assert weights.converted_dir(a) != weights.converted_dir(b)
+    b.write_bytes(bytes([data[0] ^ 1]) + data[1:])  # the first byte differs
+    assert weights.converted_dir(a) != weights.converted_dir(b)
+
+
 def test_converted_copy_is_reused_and_answers_the_same(tmp_path, monkeypatch):
     # how much faster the second load is: benchmarks/embedded.py --load
     monkeypatch.setenv("MIRL_CACHE", str(tmp_path))

@@ -9,9 +9,11 @@ after its first checkpoint, which must resume from it with the same step count a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -143,6 +145,7 @@ def pipeline(tmp_path_factory):
         yield reference_pipeline(root, server.url), server, root
     finally:
         server.stop()
+        shutil.rmtree(root, ignore_errors=True)  # gigabytes of checkpoints: not left for the rest of the suite
 
 
 @pytest.mark.timeout(600)
@@ -173,15 +176,11 @@ def _optimizer(path: Path) -> dict:
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_killed_training_resumes_from_its_checkpoint_with_its_step_count_and_optimizer_state(pipeline):
-    import torch
-
     from tests.engines.smollm2 import require_smollm2
 
     require_smollm2()
     ref, server, root = pipeline
     run = root / "training"
-    import shutil
-
     shutil.copytree(ref.final, run)
     ckpts = run / "training" / "checkpoints"
     cmd = [sys.executable, "-m", "tests.reliability.crash_driver", "training", str(run), ref.url]
@@ -195,8 +194,11 @@ def test_killed_training_resumes_from_its_checkpoint_with_its_step_count_and_opt
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     assert not (ckpts / "step-000003").exists()
-    saved = {int(p.name[5:]): _optimizer(p) for p in ckpts.glob("step-*") if (p / "state.json").exists()}
+    saved = {int(p.name[5:]): p for p in ckpts.glob("step-*") if (p / "state.json").exists()}
     last = max(saved)
+    # only the newest checkpoint keeps the optimizer state; the others keep their weights
+    assert {s for s, p in saved.items() if (p / "optimizer.pt").exists()} == {last}
+    weights = {s: hashlib.sha256((p / "model.safetensors").read_bytes()).hexdigest() for s, p in saved.items()}
     resumed = subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=1200)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming after step {last}" in resumed.stderr
@@ -206,13 +208,13 @@ def test_killed_training_resumes_from_its_checkpoint_with_its_step_count_and_opt
     rollouts = [json.loads(line) for line in (run / "training" / "rollouts.jsonl").read_text().splitlines()]
     keys = [(r["step"], r["draw"], r["sample"]) for r in rollouts]
     assert len(keys) == len(set(keys)) and {r["step"] for r in rollouts} == set(range(1, steps + 1))
-    # the checkpoint the resume loaded was left as it was; the run went on from its optimizer state
-    after = {int(p.name[5:]): _optimizer(p) for p in ckpts.glob("step-*")}
-    for s in range(1, last + 1):
-        for a, b in zip(saved[s]["optimizer"]["state"].values(), after[s]["optimizer"]["state"].values()):
-            assert torch.equal(a["exp_avg"], b["exp_avg"])
+    # the checkpoints the resume found kept their weights; the newest alone keeps an optimizer state
+    after = {int(p.name[5:]): p for p in ckpts.glob("step-*")}
+    assert {s: hashlib.sha256((after[s] / "model.safetensors").read_bytes()).hexdigest() for s in saved} == weights
+    assert {s for s, p in after.items() if (p / "optimizer.pt").exists()} == {steps}
+    # the run went on from the optimizer state it loaded: its counts include the steps before the kill
     trained = sum(1 for m in metrics if not m.get("skipped"))
-    final = after[steps]
+    final = _optimizer(after[steps])
     assert final["steps"] == trained  # the learner's count went on from the checkpoint, not from zero
     adam_steps = {float(s["step"]) for s in final["optimizer"]["state"].values()}
     assert adam_steps == {float(trained)}, adam_steps  # AdamW's own step counters too

@@ -56,6 +56,24 @@ def test_context_hash_changes_with_content_and_mode(tmp_path):
     assert len({h1, h2, context_hash(tmp_path, "FROM x"), context_hash(tmp_path, "FROM y")}) == 4
 
 
+def test_archives_sent_to_the_engine_end_at_their_end_blocks(tmp_path):
+    """No zero padding after the two end blocks: podman closes its pipe there, and a sender still
+    writing padding gets a spurious 500 "broken pipe" (containers/buildah#6573)."""
+    import io
+    import tarfile
+
+    from mirl.sandbox.docker_backend import _dir_tar, _tree_tar
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "test.sh").write_text("exit 0\n" * 100)
+    for data in (_dir_tar(["logs", "logs/verifier"], {"bin/x": (b"#!/bin/sh\n", 0o755)}),
+                 _tree_tar(tmp_path / "t", "tests", {"extra": tmp_path / "t" / "test.sh"})):
+        assert len(data) % tarfile.BLOCKSIZE == 0 and data[-2 * tarfile.BLOCKSIZE:] == bytes(2 * tarfile.BLOCKSIZE)
+        assert data[-3 * tarfile.BLOCKSIZE:-2 * tarfile.BLOCKSIZE] != bytes(tarfile.BLOCKSIZE)  # the last member's
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            assert tar.getnames()  # and it is a whole archive
+
+
 def test_build_failure_names_missing_apt_packages():
     msg = build_failure("t", "exit 100", ["E: Unable to locate package libfoo-dev", "E: Unable to locate package bar"])
     assert "apt packages not found on the base image's distribution: bar, libfoo-dev" in msg

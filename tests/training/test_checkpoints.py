@@ -84,6 +84,25 @@ def test_prune_keeps_the_newest_and_protected(tmp_path):
     assert [s for s, _ in ck.list_checkpoints(root)] == [1, 3, 4]
 
 
+def test_only_the_newest_checkpoint_keeps_the_optimizer_state(tmp_path):
+    root = tmp_path / "c"
+
+    def write(d):
+        (d / "model.safetensors").write_text("w")
+        (d / "optimizer.pt").write_text("adam")  # the embedded learner's state
+        (d / "zero").mkdir()  # DeepSpeed's partitioned state
+        (d / "zero" / "rank0.pt").write_text("part")
+
+    for s in (1, 2, 3):
+        ck.save(root, s, write, {})
+    assert ck.drop_resume_state(root, 3) == [1, 2]
+    for s, d in ck.list_checkpoints(root):
+        assert (d / "model.safetensors").exists()  # selection and evaluation still read every step's weights
+        assert (d / "optimizer.pt").exists() == (d / "zero").exists() == (s == 3)
+    assert not list(root.glob(".tmp-*"))  # what was moved aside is gone
+    assert ck.drop_resume_state(root, 3) == []
+
+
 def test_selection_ranks_checkpoints_by_the_smoothed_training_reward():
     assert ck.smoothed([1, 0, 1, 1], 2) == [1.0, 0.5, 0.5, 1.0]
     rewards = [0.0, 1.0, 0.0, 0.2, 0.4, 0.6]

@@ -104,6 +104,28 @@ def test_a_step_moves_the_weights_and_counts(tiny, tmp_path):
     assert other.optimizer.state_dict()["state"]  # Adam moments came back too
 
 
+def test_a_checkpoint_without_optimizer_state_goes_on_with_a_fresh_one(tiny, tmp_path, caplog):
+    """Only the newest checkpoint keeps its optimizer state: going on from an older one (the newer ones
+    removed) loads its weights and step, starts Adam afresh, and says so."""
+    import json
+
+    model = copy.deepcopy(tiny)
+    learner = Learner(model, LearnerConfig(lr=1e-2))
+    learner.train_step(examples(4, seed=3), [1.0, -1.0, 1.0, -1.0])
+    learner.save(tmp_path / "ck")
+    (tmp_path / "ck" / "optimizer.pt").unlink()
+    (tmp_path / "ck" / "state.json").write_text(json.dumps({"step": 5}))
+    other = Learner(copy.deepcopy(tiny), LearnerConfig(lr=1e-2))
+    other.train_step(examples(4, seed=4), [1.0, -1.0, 1.0, -1.0])  # moments of its own, which must go
+    with caplog.at_level("WARNING"):
+        other.load(tmp_path / "ck")
+    assert other.steps == 5 and not other.optimizer.state_dict()["state"]
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in other.model.state_dict().items())
+    assert "no optimizer state" in caplog.text
+    other.train_step(examples(4, seed=3), [1.0, -1.0, 1.0, -1.0])  # and it trains on
+    assert other.steps == 6
+
+
 def test_a_batch_without_loss_tokens_is_skipped(tiny):
     learner = Learner(copy.deepcopy(tiny), LearnerConfig(lr=1e-2))
     ex = Example([1, 2, 3], [0, 0, 0], [0.0] * 3)

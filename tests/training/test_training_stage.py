@@ -9,6 +9,7 @@ been seen to show (killing processes by a broad name), so r_e is 1 and a group's
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -99,7 +100,8 @@ def prefixed_run(tmp_path_factory, bwrap_sandbox, engine):
     run_prefixes(p, run.root, sandbox=bwrap_sandbox, tasks=[task], progress=False)
     kept = read_jsonl(run.file("prefixes", "train.jsonl"))[0]
     assert kept, "no prefix reproduced"
-    return run, task, {(t.task, t.seed): t for t in played}
+    yield run, task, {(t.task, t.seed): t for t in played}
+    shutil.rmtree(root, ignore_errors=True)  # gigabytes of checkpoints: not left for the rest of the suite
 
 
 @pytest.mark.slow

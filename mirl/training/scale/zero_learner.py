@@ -234,6 +234,7 @@ class ZeroLearner(Learner):
         """Weights and optimizer state from a checkpoint written by `save` (on every rank)."""
         d = Path(directory)
         if not (d / "zero").is_dir():
-            raise FileNotFoundError(f"{d}: no zero/ optimizer state (a checkpoint of the embedded learner?)")
+            raise FileNotFoundError(f"{d}: no zero/ optimizer state (only the newest checkpoint keeps it; or is "
+                                    "this a checkpoint of the embedded learner?)")
         _, client = self.engine.load_checkpoint(str(d / "zero"), tag="state")
         self.steps = int((client or {}).get("steps", 0))
