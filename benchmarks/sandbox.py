@@ -12,7 +12,9 @@ Targets: per-command latency at most half of mini-swe-agent's; container start <
 the image already built; a cached build (the task's image or layer already made, looked up by a
 fresh sandbox that remembers nothing) under 2 s; bwrap session start ~100 ms, command ~10 ms. With local in --backends, a last row times the same commands with no
 shell at all (each program spawned directly, builtins free): no backend that runs these programs
-on this host can go below it, so its ratio to mini-swe-agent local bounds what local can reach. Run it on a quiet machine: the numbers are wall-clock medians.
+on this host can go below it, so its ratio to mini-swe-agent local bounds what local can reach; and
+where overlayfs works, a row of the local backend as it is without it (each session copies the
+host's /etc). Run it on a quiet machine: the numbers are wall-clock medians.
 """
 
 from __future__ import annotations
@@ -267,6 +269,16 @@ def main(argv: list[str] | None = None) -> int:
             rows[backend] = bench_ours(backend, task, args.starts, args.repeats)
         except (SandboxError, ImportError) as e:
             print(f"{backend}: skipped ({e})", file=sys.stderr)
+    etc_copied = "local, /etc copied (no overlayfs)"
+    if "local" in rows:  # the same backend where overlayfs is missing: its session copies the host's /etc
+        from mirl.sandbox import local_backend
+
+        if local_backend.overlay_works():
+            local_backend._overlay_ok = False
+            try:
+                rows[etc_copied] = bench_ours("local", task, args.starts, args.repeats)
+            finally:
+                local_backend._overlay_ok = True
     mini_docker, mini_bwrap, mini_local = (
         "mini-swe-agent docker (podman CLI)", "mini-swe-agent bubblewrap", "mini-swe-agent local")
     minis = [("docker", mini_docker, lambda: bench_mini_docker(task, args.starts, args.repeats)),
@@ -286,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     if "local" in backends:
         rows[floor] = bench_no_shell(args.repeats)
 
-    equivalent = {"docker": mini_docker, "bwrap": mini_bwrap, "local": mini_local, floor: mini_local}
+    equivalent = {"docker": mini_docker, "bwrap": mini_bwrap, "local": mini_local, floor: mini_local,
+                  etc_copied: mini_local}
     equivalent.update({name: name for name in equivalent.values()})
     print(f"\n{len(COMMANDS)} commands x {args.repeats} passes, {args.starts} fresh sessions; medians in ms\n")
     print(f"| {'environment':36} | start ms | close ms | command ms | p90 ms | cached build ms | command vs mini | start vs mini |")

@@ -7,8 +7,10 @@ and `unshare` works, every command runs in a private mount namespace where that 
 WORKDIR, /tests, /logs and COPY targets are bind-mounted over the host paths, so tasks' absolute
 paths resolve without touching the host's real directories (empty mount points may be created); a
 COPY into a directory the host already fills (`COPY opt /opt`) is merged entry by entry; /tmp and
-/etc are the session's own (a copy of the host's /etc), so sessions of one task side by side do not
-see each other's files or users.
+/etc are the session's own, so sessions of one task side by side do not see each other's files or
+users. /etc is an overlay over the host's (the task's files and the session's writes in the upper
+layer), which costs one mount; where overlayfs is not available it is a copy of the host's /etc
+(~1 s a session: /etc holds thousands of files and links).
 Otherwise commands run in the temp copy of WORKDIR and absolute paths point at the host (RUN
 lines too: a line writing to /app writes the host's /app). RUN lines that install packages are
 skipped with a warning; install them on the machine yourself.
@@ -67,6 +69,7 @@ PIDS_LIMIT = 1024
 PRIVATE_DIRS = ("/tmp", "/etc")  # a fresh copy per session (see LocalSession._private_copies)
 RUNNER_START_S = 15.0
 _unshare_ok: bool | None = None
+_overlay_ok: bool | None = None
 _unshare_lock = threading.Lock()
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -93,6 +96,35 @@ def unshare_works() -> bool:
         return _unshare_ok
 
 
+def overlay_works() -> bool:
+    """An overlay over the host's /etc, with its upper layer in the temp directory the sessions use,
+    can be mounted in a private mount namespace (not where that directory is itself an overlay, as in
+    many containers). Checked once per process."""
+    global _overlay_ok
+    with _unshare_lock:
+        if _overlay_ok is None:
+            ok = False
+            if shutil.which("mount"):
+                tmp = Path(tempfile.mkdtemp(prefix="mirl-overlay-probe-"))
+                try:
+                    (tmp / "upper").mkdir()
+                    (tmp / "work").mkdir()
+                    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "overlay",
+                                        "overlay", "-o", _overlay_options(tmp / "upper", tmp / "work"), "/etc"],
+                                       capture_output=True, timeout=10)
+                    ok = r.returncode == 0
+                except (OSError, subprocess.SubprocessError):
+                    pass
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+            _overlay_ok = ok
+        return _overlay_ok
+
+
+def _overlay_options(upper: Path, work: Path) -> str:
+    return f"lowerdir=/etc,upperdir={upper},workdir={work}"
+
+
 def _installs(step: layers.Step) -> bool:
     return any(
         layers._install_args(words) is not None or os.path.basename(words[0]) in ("curl", "wget")
@@ -105,9 +137,10 @@ def _sweep_on(tokens: list[bytes], sids: list[int], rounds: int = 20) -> None:
         if not kill_tree(tokens, sids, max_s=0.5):
             return
 
-def _runner_preexec(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | None):
+def _runner_preexec(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | None, overlay: bytes | None = None):
     """Between fork and exec of the runner: join the cgroup, then (if binds) a private mount
-    namespace with the session's directories bound over the host paths."""
+    namespace with the session's directories bound over the host paths; with `overlay` (its mount
+    options), /etc is an overlay rather than a bind."""
 
     def preexec() -> None:
         if cgroup is not None:
@@ -117,7 +150,10 @@ def _runner_preexec(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | None)
         if _libc.unshare(CLONE_NEWNS) != 0 or _libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
             raise OSError(ctypes.get_errno(), "unshare mount namespace")
         for src, dest in binds:
-            if _libc.mount(src, dest, None, MS_BIND, None) != 0:
+            if overlay is not None and dest == b"/etc":
+                if _libc.mount(b"overlay", dest, b"overlay", 0, overlay) != 0:
+                    raise OSError(ctypes.get_errno(), f"overlay mount on {dest!r}")
+            elif _libc.mount(src, dest, None, MS_BIND, None) != 0:
                 raise OSError(ctypes.get_errno(), f"bind mount {src!r} on {dest!r}")
 
     return preexec
@@ -126,7 +162,8 @@ def _runner_preexec(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | None)
 class Runner(Channel):
     """The session's long-lived runner (`init_script.INIT_CODE`) and its control socket."""
 
-    def __init__(self, binds: list[tuple[Path, str]], cgroup: PidsCgroup | None, env: dict[str, str], cwd: str):
+    def __init__(self, binds: list[tuple[Path, str]], cgroup: PidsCgroup | None, env: dict[str, str], cwd: str,
+                 overlay: str | None = None):
         self.next_id = 0
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         Channel.__init__(self, host, "the local command runner")
@@ -136,7 +173,7 @@ class Runner(Channel):
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd,
                 env=env, pass_fds=(child.fileno(),), start_new_session=True,
-                preexec_fn=_runner_preexec(mounts, cgroup),
+                preexec_fn=_runner_preexec(mounts, cgroup, overlay.encode() if overlay else None),
             )
         except (OSError, subprocess.SubprocessError) as e:
             host.close()
@@ -205,6 +242,7 @@ class LocalSession:
         }
         self.namespaced = unshare_works()
         self.binds = []
+        self.overlay: str | None = None  # the mount options of the session's /etc overlay
         if self.namespaced:
             own = [plan.workdir, "/logs", "/tests", *PRIVATE_DIRS]
             self._private_copies()
@@ -240,6 +278,11 @@ class LocalSession:
         this session alone, not the host nor the sessions beside it."""
         (self.root / "tmp").mkdir(parents=True, exist_ok=True)
         os.chmod(self.root / "tmp", 0o1777)
+        if overlay_works():  # the task's files under /etc are the upper layer as they lie
+            (self.root / "etc").mkdir(exist_ok=True)
+            (self.tmp / "etc-work").mkdir()
+            self.overlay = _overlay_options(self.root / "etc", self.tmp / "etc-work")
+            return
 
         def keep_task_files(src: str, dst: str) -> None:
             if not os.path.lexists(dst):
@@ -305,7 +348,7 @@ class LocalSession:
 
     def _start_runner(self) -> Runner:
         env = {"PATH": self.env["PATH"], "LANG": self.env["LANG"], SESSION_VAR: self.id}
-        return Runner(self.binds, self.cgroup, env, str(self.root))
+        return Runner(self.binds, self.cgroup, env, str(self.root), self.overlay)
 
     def _cwd(self, cwd: str) -> str:
         if self.namespaced:
@@ -406,8 +449,11 @@ class LocalSession:
             shutil.copy2(self.task.test_script, dest / "run-tests.sh")
 
     def read_file(self, path: str) -> str | None:
+        here = self.root / os.path.normpath(path).lstrip("/")
+        if self.overlay is not None and not here.exists() and here.is_relative_to(self.root / "etc"):
+            here = Path("/") / here.relative_to(self.root)  # the host's, unchanged (a deleted one is a whiteout)
         try:
-            return (self.root / path.lstrip("/")).read_text(encoding="utf-8", errors="replace")
+            return here.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return None
 

@@ -118,6 +118,32 @@ def test_sessions_side_by_side_have_their_own_etc_and_tmp(sandbox, task_factory)
     assert open("/etc/group").read() == host_group and not os.path.exists("/tmp/only-a")
 
 
+@pytest.mark.parametrize("overlay", [True, False], ids=["overlay", "copy"])
+def test_the_session_etc_is_the_hosts_plus_the_tasks_and_its_own_writes(sandbox, task_factory, monkeypatch, overlay):
+    """/etc is an overlay over the host's (one mount, nothing copied at start) or, without overlayfs, a
+    copy: either way the task's files are on top, and the session's writes and deletions stay its own."""
+    namespaced()
+    if overlay and not local_backend.overlay_works():
+        missing("an overlayfs mount over /etc in a private mount namespace", "run as root on a kernel with overlayfs")
+    monkeypatch.setattr(local_backend, "_overlay_ok", overlay)
+    task = task_factory(dockerfile="FROM x\nWORKDIR /app\nCOPY mirl.conf /etc/mirl-test/mirl.conf\n",
+                        files={"mirl.conf": "task=1\n"})
+    host_hostname = Path("/etc/hostname").read_text() if Path("/etc/hostname").exists() else None
+    with sandbox.start(task) as s:
+        assert (s.overlay is not None) == overlay
+        assert (s.root / "etc" / "passwd").exists() != overlay  # the overlay copied none of the host's /etc
+        r = s.run("cat /etc/mirl-test/mirl.conf && grep -c '^root:' /etc/passwd && echo x >> /etc/passwd "
+                  "&& rm /etc/hostname; echo made > /etc/mirl-test/new.txt")
+        assert r.exit_code == 0 and r.output.startswith("task=1\n1\n"), r.output
+        assert s.read_file("/etc/mirl-test/new.txt") == "made\n"
+        assert s.read_file("/etc/passwd").endswith("x\n")  # the session's, written
+        assert s.read_file("/etc/group") == Path("/etc/group").read_text()  # the host's, unchanged
+        assert s.read_file("/etc/hostname") is None  # deleted in the session
+    assert not Path("/etc/mirl-test").exists() and not Path("/etc/passwd").read_text().endswith("x\n")
+    if host_hostname is not None:
+        assert Path("/etc/hostname").read_text() == host_hostname
+
+
 def test_home_is_there_under_the_private_tmp(sandbox, task_factory):
     """The session's HOME lives in its temp root under the host's /tmp, which the private /tmp covers:
     it is kept inside that /tmp at its path, so `cd ~` works and what is written there is the session's own."""
