@@ -34,7 +34,12 @@ class Ledger:
         self.spent_usd = 0.0
         self.spent_by_stage: dict[str, float] = {}
         self._offset = 0  # bytes of the file already counted (whole lines only)
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file counted
+        self._head = b""  # its first bytes (the first row, with its time): a file rewritten in place differs there
         self._refresh()
+
+    def _reset(self, file: tuple[int, int] | None) -> None:
+        self.spent_usd, self.spent_by_stage, self._offset, self._file, self._head = 0.0, {}, 0, file, b""
 
     def _count(self, row: dict[str, Any]) -> None:
         cost = float(row.get("cost_usd") or 0.0)
@@ -43,12 +48,20 @@ class Ledger:
         self.spent_by_stage[stage] = self.spent_by_stage.get(stage, 0.0) + cost
 
     def _refresh(self) -> None:
-        """Count the whole lines appended since the last look (by this process or any other)."""
+        """Count the whole lines appended since the last look (by this process or any other). A file
+        removed, replaced or cut shorter (a run directory deleted and made again, as a notebook kernel
+        that outlives it may do) is counted afresh: the file is the truth, not what was read of it."""
         try:
             with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if ((st.st_dev, st.st_ino) != self._file or st.st_size < self._offset
+                        or f.read(len(self._head)) != self._head):
+                    self._reset((st.st_dev, st.st_ino))
                 f.seek(self._offset)
                 data = f.read()
         except FileNotFoundError:
+            if self._file is not None:
+                self._reset(None)
             return
         end = data.rfind(b"\n") + 1
         for raw in data[:end].splitlines():
@@ -58,6 +71,8 @@ class Ledger:
                 continue  # a torn line cut off by a repair elsewhere, or a corrupt one: not a call
             if isinstance(row, dict):
                 self._count(row)
+        if not self._offset:
+            self._head = data[:min(end, 256)]
         self._offset += end
 
     def record(self, **fields: Any) -> dict[str, Any]:

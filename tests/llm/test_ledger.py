@@ -85,6 +85,34 @@ def test_ledger_spend_survives_reopen_and_threads(tmp_path):
     assert len((tmp_path / "l.jsonl").read_text().splitlines()) == 80
 
 
+def test_a_run_directory_deleted_and_made_again_is_counted_afresh(tmp_path):
+    """The process-wide ledger of a path outlives its file (a notebook kernel, a run deleted and
+    started again): what it counts is the file as it is now, so the new run's budget still stops it."""
+    import shutil
+
+    from mirl.llm.ledger import open_ledger
+
+    run = tmp_path / "run"
+    led = open_ledger(run)
+    for _ in range(3):
+        led.record(role="policy", stage="s", model="m", cost_usd=1.0)
+    assert led.spent("s") == 3.0
+    shutil.rmtree(run)
+    assert open_ledger(run) is led and led.spent() == 0.0  # the file is gone: nothing spent
+    led.record(role="policy", stage="s", model="m", cost_usd=0.5)
+    assert led.spent("s") == 0.5  # the new file's row, counted once, from its start
+    shutil.rmtree(run)
+    run.mkdir()
+    (run / "llm_calls.jsonl").write_text('{"stage": "s", "cost_usd": 2.0}\n' * 4)  # a new file
+    assert led.spent("s") == 8.0
+    (run / "llm_calls.jsonl").write_text('{"stage": "s", "cost_usd": 2.0}\n')  # cut shorter in place
+    assert led.spent("s") == 2.0
+    (run / "llm_calls.jsonl").write_text('{"stage": "s", "cost_usd": 3.0}\n' * 5)  # rewritten in place, longer
+    assert led.spent("s") == 15.0
+    led.record(role="policy", stage="s", model="m", cost_usd=1.0)  # and appends go on being counted once
+    assert led.spent("s") == 16.0
+
+
 def test_read_ledger_of_empty_run(tmp_path):
     df = read_ledger(tmp_path)
     assert df.empty and set(COLUMNS) <= set(df.columns)
