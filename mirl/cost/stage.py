@@ -125,7 +125,11 @@ def report(params: Params, run_dir: str | Path) -> CostReport:
     if c.paper_reference:
         long = pd.concat([long, reported_frame(read_costs(c.paper_reference))], ignore_index=True)
     reference = default_reference(params, here, labels)
-    comparison = compare.relative(long, reference)
+    if reference in labels and reference not in set(long["recipe"]):  # a run that recorded nothing yet
+        notes.append(f"{reference}: nothing recorded yet, so no resource is a share of it")
+        comparison = long.assign(reference=reference, reference_value=float("nan"), percent=float("nan"))
+    else:
+        comparison = compare.relative(long, reference)
     if pprice is None:
         notes.append(f"the policy is unpriced: no entry {c.policy_price or params.models.policy.model!r} in the "
                      f"prices (cost.prices, models.prices)")

@@ -99,6 +99,23 @@ def test_report_of_two_runs_each_cut_at_its_own_step(tmp_path):
         run_cost(make(cost={"runs": ["mirl", "pre"], "reference": "pre"}), runs / "mirl")
 
 
+def test_a_run_that_recorded_nothing_yet_gets_a_report_that_says_so(tmp_path):
+    """Notebook 07 on a fresh run (beside the paper's recipes): no shares of an empty reference, a note
+    that says why, and its figures still drawn; a reference that is no run's name is still an error."""
+    from mirl.cost import report as shown
+
+    run = tmp_path / "runs" / "fresh"
+    run.mkdir(parents=True)
+    rep = run_cost(make(), run)
+    assert "fresh: nothing recorded yet, so no resource is a share of it" in rep.notes
+    assert rep.reference == "fresh" and rep.comparison["percent"].isna().all()
+    shown.save_relative(rep, tmp_path)
+    assert (tmp_path / "cost_relative.png").exists()
+    assert shown.save_side_by_side(rep, tmp_path) == "the runs recorded nothing yet"
+    with pytest.raises(ValueError, match="reference 'nope' is none of the recipes"):
+        run_cost(make(cost={"reference": "nope"}), run, force=True)
+
+
 @pytest.mark.parametrize("who", ["one run", "the paper's recipes"])
 def test_the_cost_figures_are_readable(who):
     """The shares of the reference end inside their axes and clear of the legend (in notebook 07 a run
