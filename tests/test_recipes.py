@@ -134,8 +134,11 @@ def test_a_checkpoint_written_anew_is_another_policy_to_the_evaluation(tmp_path)
     _selected(run, "mirl", 4)
     ckpt = run / "recipes" / "mirl" / "training" / "checkpoints" / "step-000004"
     (ckpt / "model.safetensors").write_bytes(b"old")
+    (ckpt / "optimizer.pt").write_bytes(b"adam")
     before = weights_id(f"local/{ckpt}")
     assert before == weights_id(f"local/{ckpt}") and weights_id("local/smollm2") is None
+    (ckpt / "optimizer.pt").unlink()  # dropped when a newer checkpoint is saved: the same weights
+    assert weights_id(f"local/{ckpt}") == before
     (ckpt / "model.safetensors").write_bytes(b"newer")  # trained again to the same step
     assert weights_id(f"local/{ckpt}") != before
 

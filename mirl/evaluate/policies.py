@@ -16,6 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from mirl.runner.inputs import RESUME_STATE
 from mirl.runner.layout import RunDir
 from mirl.runner.stage import StageError, stage_budgets
 
@@ -97,7 +98,8 @@ def weights_id(model: str) -> str | None:
     where = Path(model.split("/", 1)[1])
     if not (where / "config.json").is_file():
         return None
-    files = sorted(p for pat in ("*.safetensors", "*.bin", "*.pt") for p in where.glob(pat))
+    files = sorted(p for pat in ("*.safetensors", "*.bin", "*.pt") for p in where.glob(pat)
+                   if p.name not in RESUME_STATE)  # dropped from a checkpoint once a newer one is saved
     stats = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
     return hashlib.sha256(repr(stats).encode()).hexdigest()[:16]
 

@@ -61,6 +61,11 @@ def load_prefixes(run_dir: str | Path | RunDir, which: str = PREFIXES) -> list[P
     return [Prefix.from_dict(r) for r in read_jsonl(path)[0]]
 
 
+# What a checkpoint keeps for resuming, beside its weights (the newest checkpoint only): the embedded
+# learner's optimizer file and DeepSpeed's partitioned state. Not part of what the weights are.
+RESUME_STATE = ("optimizer.pt", "zero")
+
+
 def checkpoint_dir(root: Path, step: int) -> Path:
     """Where the training stage keeps the checkpoint of `step` under its checkpoints directory."""
     return Path(root) / f"step-{step:06d}"

@@ -4,9 +4,9 @@
                                                    (Hugging Face format: `transformers` and the
                                                    generators load it), optimizer.pt, state.json
 
-Only the newest checkpoint keeps the optimizer state (`RESUME_STATE`): resuming reads the newest,
-and the state is twice the weights (Adam's two moments), so keeping it at every step would triple
-the disk a run needs. Older checkpoints keep their weights, which selection and evaluation read.
+Only the newest checkpoint keeps the optimizer state (`mirl.runner.inputs.RESUME_STATE`): resuming
+reads the newest, and the state is twice the weights (Adam's two moments), so keeping it at every
+step would triple the disk a run needs. Older checkpoints keep their weights, which selection and evaluation read.
 
 A checkpoint is written to a temporary directory and renamed into place, so a directory with a
 `state.json` is complete; anything else under `checkpoints/` is a torn write and is ignored (and
@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mirl.runner.inputs import checkpoint_dir
+from mirl.runner.inputs import RESUME_STATE, checkpoint_dir
 
 _NAME = re.compile(r"^step-(\d{6})$")
 
@@ -70,9 +70,6 @@ def save(root: Path, step: int, write: Callable[[Path], None], state: dict[str, 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-RESUME_STATE = ("optimizer.pt", "zero")  # the embedded learner's file, DeepSpeed's partitioned directory
 
 
 def drop_resume_state(root: Path, newest: int) -> list[int]:

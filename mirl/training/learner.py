@@ -363,7 +363,7 @@ class Learner:
 
     def load(self, directory: Any) -> None:
         """Weights and optimizer state from a checkpoint written by `save`. A checkpoint that is no
-        longer the newest has no optimizer state (`mirl.training.checkpoints.RESUME_STATE`); from one,
+        longer the newest has no optimizer state (`mirl.runner.inputs.RESUME_STATE`); from one,
         training goes on from its weights with a fresh optimizer, and says so."""
         from pathlib import Path
 
