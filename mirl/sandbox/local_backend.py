@@ -66,13 +66,14 @@ log = logging.getLogger(__name__)
 
 SESSION_VAR = "MIRL_SESSION"
 PIDS_LIMIT = 1024
-PRIVATE_DIRS = ("/tmp", "/etc")  # a fresh copy per session (see LocalSession._private_copies)
+PRIVATE_DIRS = ("/tmp", "/etc")  # the session's own (see LocalSession._private_copies)
 RUNNER_START_S = 15.0
 _unshare_ok: bool | None = None
 _overlay_ok: bool | None = None
 _unshare_lock = threading.Lock()
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_libc.setns.argtypes = (ctypes.c_int, ctypes.c_int)
 CLONE_NEWNS, MS_BIND, MS_REC, MS_PRIVATE = 0x00020000, 0x1000, 0x4000, 1 << 18
 
 
@@ -137,14 +138,20 @@ def _sweep_on(tokens: list[bytes], sids: list[int], rounds: int = 20) -> None:
         if not kill_tree(tokens, sids, max_s=0.5):
             return
 
-def _runner_preexec(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | None, overlay: bytes | None = None):
+def _runner_preexec(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | None, overlay: bytes | None = None,
+                    namespace: int | None = None):
     """Between fork and exec of the runner: join the cgroup, then (if binds) a private mount
     namespace with the session's directories bound over the host paths; with `overlay` (its mount
-    options), /etc is an overlay rather than a bind."""
+    options), /etc is an overlay rather than a bind. With `namespace` (a descriptor of the session's
+    mount namespace, made by its first runner), that namespace is joined as it is instead."""
 
     def preexec() -> None:
         if cgroup is not None:
             cgroup.join_self()
+        if namespace is not None:
+            if _libc.setns(namespace, CLONE_NEWNS) != 0:
+                raise OSError(ctypes.get_errno(), "join the session's mount namespace")
+            return
         if not binds:
             return
         if _libc.unshare(CLONE_NEWNS) != 0 or _libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
@@ -163,7 +170,7 @@ class Runner(Channel):
     """The session's long-lived runner (`init_script.INIT_CODE`) and its control socket."""
 
     def __init__(self, binds: list[tuple[Path, str]], cgroup: PidsCgroup | None, env: dict[str, str], cwd: str,
-                 overlay: str | None = None):
+                 overlay: str | None = None, namespace: int | None = None):
         self.next_id = 0
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         Channel.__init__(self, host, "the local command runner")
@@ -173,7 +180,7 @@ class Runner(Channel):
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd,
                 env=env, pass_fds=(child.fileno(),), start_new_session=True,
-                preexec_fn=_runner_preexec(mounts, cgroup, overlay.encode() if overlay else None),
+                preexec_fn=_runner_preexec(mounts, cgroup, overlay.encode() if overlay else None, namespace),
             )
         except (OSError, subprocess.SubprocessError) as e:
             host.close()
@@ -243,6 +250,7 @@ class LocalSession:
         self.namespaced = unshare_works()
         self.binds = []
         self.overlay: str | None = None  # the mount options of the session's /etc overlay
+        self.namespace: int | None = None  # a descriptor of its mount namespace, which a new runner joins
         if self.namespaced:
             own = [plan.workdir, "/logs", "/tests", *PRIVATE_DIRS]
             self._private_copies()
@@ -273,15 +281,16 @@ class LocalSession:
         return os.path.realpath(path).startswith("/tmp/")
 
     def _private_copies(self) -> None:
-        """The session's own /tmp (empty but for what the task put there) and /etc (a copy of the host's
-        under the task's files): a RUN line's `groupadd`, or a file it moves out of /tmp, then changes
-        this session alone, not the host nor the sessions beside it."""
+        """The session's own /tmp (empty but for what the task put there) and /etc (the host's under the
+        task's files: an overlay, else a copy): a RUN line's `groupadd`, or a file it moves out of /tmp,
+        then changes this session alone, not the host nor the sessions beside it."""
         (self.root / "tmp").mkdir(parents=True, exist_ok=True)
         os.chmod(self.root / "tmp", 0o1777)
         if overlay_works():  # the task's files under /etc are the upper layer as they lie
             (self.root / "etc").mkdir(exist_ok=True)
             (self.tmp / "etc-work").mkdir()
             self.overlay = _overlay_options(self.root / "etc", self.tmp / "etc-work")
+            self._copy_etc_mounts()
             return
 
         def keep_task_files(src: str, dst: str) -> None:
@@ -293,6 +302,28 @@ class LocalSession:
                             ignore_dangling_symlinks=True)
         except shutil.Error as e:  # unreadable or special files: the rest is copied
             log.debug("local sandbox: /etc copied with %d file(s) left out", len(e.args[0]))
+
+    def _copy_etc_mounts(self) -> None:
+        """What is mounted on paths inside the host's /etc (a container's resolv.conf, hosts and
+        hostname) into the upper layer, unless the task put its own there: an overlay's lower layer is
+        the directory alone, without the mounts on it, so these would show the files underneath."""
+        try:
+            with open("/proc/self/mountinfo") as f:
+                points = [line.split()[4].replace("\\040", " ") for line in f]
+        except OSError:
+            return
+        for point in sorted({p for p in points if p.startswith("/etc/")}, key=len):
+            dest = self.root / point.lstrip("/")
+            if os.path.lexists(dest):
+                continue
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                if os.path.isdir(point):
+                    shutil.copytree(point, dest, symlinks=True)
+                else:
+                    shutil.copy2(point, dest)
+            except (OSError, shutil.Error) as e:
+                log.debug("local sandbox: %s (mounted in /etc) not copied: %s", point, e)
 
     def _merged(self, dest: str, own: list[str]) -> list[str]:
         """Where a COPY destination is bound: itself, unless it is a directory the host already has
@@ -347,8 +378,19 @@ class LocalSession:
                 f"{res.output.strip()[-1000:]}{hint}")
 
     def _start_runner(self) -> Runner:
+        """The session's runner. The first one makes the session's mount namespace (binds, overlay) and
+        the session keeps a descriptor of it; a runner started after one died joins that namespace, so
+        processes the dead one left see the same mounts as new ones (never a second overlay on one
+        upper layer)."""
         env = {"PATH": self.env["PATH"], "LANG": self.env["LANG"], SESSION_VAR: self.id}
-        return Runner(self.binds, self.cgroup, env, str(self.root), self.overlay)
+        runner = Runner(self.binds, self.cgroup, env, str(self.root), self.overlay, self.namespace)
+        if self.binds and self.namespace is None:
+            try:
+                self.namespace = os.open(f"/proc/{runner.proc.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                runner.close()
+                raise
+        return runner
 
     def _cwd(self, cwd: str) -> str:
         if self.namespaced:
@@ -449,9 +491,14 @@ class LocalSession:
             shutil.copy2(self.task.test_script, dest / "run-tests.sh")
 
     def read_file(self, path: str) -> str | None:
-        here = self.root / os.path.normpath(path).lstrip("/")
-        if self.overlay is not None and not here.exists() and here.is_relative_to(self.root / "etc"):
-            here = Path("/") / here.relative_to(self.root)  # the host's, unchanged (a deleted one is a whiteout)
+        """A file as the session's commands see it: through the runner's mount namespace
+        (`/proc/<pid>/root`) where there is one, else in the session's temp root."""
+        rel = os.path.normpath(path).lstrip("/")
+        runner = self.runner
+        if self.binds and runner is not None and runner.alive():
+            here = Path(f"/proc/{runner.proc.pid}/root") / rel
+        else:
+            here = self.root / rel
         try:
             return here.read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -472,6 +519,9 @@ class LocalSession:
             if self.cgroup is not None:
                 self.cgroup.remove()
                 self.cgroup = None
+            if self.namespace is not None:
+                os.close(self.namespace)
+                self.namespace = None
             shutil.rmtree(self.tmp, ignore_errors=True)
 
     def __enter__(self) -> LocalSession:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,30 +120,79 @@ def test_sessions_side_by_side_have_their_own_etc_and_tmp(sandbox, task_factory)
     assert open("/etc/group").read() == host_group and not os.path.exists("/tmp/only-a")
 
 
+def _host_etc_dir_with_a_file() -> tuple[str, str]:
+    """A directory of the host's /etc holding a regular file: (directory, file), as absolute paths."""
+    for d in sorted(Path("/etc").iterdir()):
+        if d.is_dir() and not d.is_symlink():
+            for f in sorted(d.iterdir()):
+                if f.is_file() and not f.is_symlink() and os.access(f, os.R_OK):
+                    return str(d), str(f)
+    raise AssertionError("the host's /etc has no directory with a readable file")
+
+
 @pytest.mark.parametrize("overlay", [True, False], ids=["overlay", "copy"])
 def test_the_session_etc_is_the_hosts_plus_the_tasks_and_its_own_writes(sandbox, task_factory, monkeypatch, overlay):
     """/etc is an overlay over the host's (one mount, nothing copied at start) or, without overlayfs, a
-    copy: either way the task's files are on top, and the session's writes and deletions stay its own."""
+    copy: either way the task's files are on top, and the session's writes and deletions (of files and
+    of whole directories) stay its own; `read_file` sees what the session's commands see."""
     namespaced()
     if overlay and not local_backend.overlay_works():
         missing("an overlayfs mount over /etc in a private mount namespace", "run as root on a kernel with overlayfs")
     monkeypatch.setattr(local_backend, "_overlay_ok", overlay)
     task = task_factory(dockerfile="FROM x\nWORKDIR /app\nCOPY mirl.conf /etc/mirl-test/mirl.conf\n",
                         files={"mirl.conf": "task=1\n"})
-    host_hostname = Path("/etc/hostname").read_text() if Path("/etc/hostname").exists() else None
+    gone_dir, gone_file = _host_etc_dir_with_a_file()
+    host_file = Path(gone_file).read_bytes()
+    host_passwd = Path("/etc/passwd").read_text()
     with sandbox.start(task) as s:
         assert (s.overlay is not None) == overlay
         assert (s.root / "etc" / "passwd").exists() != overlay  # the overlay copied none of the host's /etc
-        r = s.run("cat /etc/mirl-test/mirl.conf && grep -c '^root:' /etc/passwd && echo x >> /etc/passwd "
-                  "&& rm /etc/hostname; echo made > /etc/mirl-test/new.txt")
+        r = s.run(f"cat /etc/mirl-test/mirl.conf && grep -c '^root:' /etc/passwd && echo x >> /etc/passwd "
+                  f"&& rm -r {gone_dir} && echo made > /etc/mirl-test/new.txt")
         assert r.exit_code == 0 and r.output.startswith("task=1\n1\n"), r.output
         assert s.read_file("/etc/mirl-test/new.txt") == "made\n"
-        assert s.read_file("/etc/passwd").endswith("x\n")  # the session's, written
+        assert s.read_file("/etc/passwd") == host_passwd + "x\n"  # the session's, written
         assert s.read_file("/etc/group") == Path("/etc/group").read_text()  # the host's, unchanged
-        assert s.read_file("/etc/hostname") is None  # deleted in the session
-    assert not Path("/etc/mirl-test").exists() and not Path("/etc/passwd").read_text().endswith("x\n")
-    if host_hostname is not None:
-        assert Path("/etc/hostname").read_text() == host_hostname
+        assert s.read_file(gone_file) is None  # its directory was removed in the session
+        assert s.run(f"test -e {gone_file}").exit_code == 1
+    assert not Path("/etc/mirl-test").exists() and Path("/etc/passwd").read_text() == host_passwd
+    assert Path(gone_file).read_bytes() == host_file
+
+
+def test_what_is_mounted_inside_the_hosts_etc_shows_in_the_session(tmp_path, task_factory):
+    """A container's /etc/hosts (and resolv.conf, hostname) is a file mounted on the host's /etc: the
+    overlay's lower layer would show the file underneath, so the session gets the mounted one."""
+    namespaced()
+    if not local_backend.overlay_works():
+        missing("an overlayfs mount over /etc in a private mount namespace", "run as root on a kernel with overlayfs")
+    mounted = tmp_path / "hosts"
+    mounted.write_text("10.9.8.7 mirl-mounted-host\n")
+    task = task_factory(dockerfile="FROM x\nWORKDIR /app\n").path
+    code = ("import logging, sys; logging.disable(logging.WARNING)\n"
+            "from mirl.sandbox import SandboxConfig, make_sandbox\nfrom mirl.tasks import load_task\n"
+            f"s = make_sandbox(SandboxConfig(backend='local')).start(load_task({str(task)!r}))\n"
+            "r = s.run('cat /etc/hosts'); s.close(); sys.stdout.write(r.output)\n")
+    # the mount is made in a mount namespace of the child's own: the host's /etc is not touched
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        f"mount --bind {mounted} /etc/hosts && exec {sys.executable} -c \"$0\"", code],
+                       capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout == "10.9.8.7 mirl-mounted-host\n"
+
+
+def test_a_runner_started_after_one_died_joins_the_sessions_mounts(sandbox, task_factory):
+    """An agent's command may kill the runner; the next one joins the session's mount namespace (its
+    processes and files as they were), rather than mounting a second overlay on the same upper layer."""
+    namespaced()
+    with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /app\n")) as s:
+        first = s.runner.proc.pid
+        ns = os.stat(f"/proc/{first}/ns/mnt").st_ino
+        assert s.run("echo kept > /etc/mirl-kept && echo kept > /app/kept").exit_code == 0
+        s.run(f"kill -9 {first}")
+        r = s.run("cat /etc/mirl-kept /app/kept")
+        assert s.runner.proc.pid != first and os.stat(f"/proc/{s.runner.proc.pid}/ns/mnt").st_ino == ns
+        assert r.exit_code == 0 and r.output == "kept\nkept\n", r.output
+    assert not Path("/etc/mirl-kept").exists()
 
 
 def test_home_is_there_under_the_private_tmp(sandbox, task_factory):
