@@ -126,7 +126,8 @@ def report(params: Params, run_dir: str | Path) -> CostReport:
         long = pd.concat([long, reported_frame(read_costs(c.paper_reference))], ignore_index=True)
     reference = default_reference(params, here, labels)
     if reference in labels and reference not in set(long["recipe"]):  # a run that recorded nothing yet
-        notes.append(f"{reference}: nothing recorded yet, so no resource is a share of it")
+        notes.append(f"no resource is a share of {reference}: nothing of it is counted (nothing recorded yet, "
+                     f"or nothing up to its cut)")
         comparison = long.assign(reference=reference, reference_value=float("nan"), percent=float("nan"))
     else:
         comparison = compare.relative(long, reference)

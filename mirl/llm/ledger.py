@@ -34,12 +34,11 @@ class Ledger:
         self.spent_usd = 0.0
         self.spent_by_stage: dict[str, float] = {}
         self._offset = 0  # bytes of the file already counted (whole lines only)
-        self._file: tuple[int, int] | None = None  # (device, inode) of the file counted
-        self._head = b""  # its first bytes (the first row, with its time): a file rewritten in place differs there
-        self._refresh()
+        self._head = b""  # the first whole lines counted (up to 256 bytes; rows carry their time): another
+        self._refresh()  # file, or this one rewritten, differs there
 
-    def _reset(self, file: tuple[int, int] | None) -> None:
-        self.spent_usd, self.spent_by_stage, self._offset, self._file, self._head = 0.0, {}, 0, file, b""
+    def _reset(self) -> None:
+        self.spent_usd, self.spent_by_stage, self._offset, self._head = 0.0, {}, 0, b""
 
     def _count(self, row: dict[str, Any]) -> None:
         cost = float(row.get("cost_usd") or 0.0)
@@ -53,15 +52,12 @@ class Ledger:
         that outlives it may do) is counted afresh: the file is the truth, not what was read of it."""
         try:
             with open(self.path, "rb") as f:
-                st = os.fstat(f.fileno())
-                if ((st.st_dev, st.st_ino) != self._file or st.st_size < self._offset
-                        or f.read(len(self._head)) != self._head):
-                    self._reset((st.st_dev, st.st_ino))
+                if os.fstat(f.fileno()).st_size < self._offset or f.read(len(self._head)) != self._head:
+                    self._reset()
                 f.seek(self._offset)
                 data = f.read()
         except FileNotFoundError:
-            if self._file is not None:
-                self._reset(None)
+            self._reset()
             return
         end = data.rfind(b"\n") + 1
         for raw in data[:end].splitlines():

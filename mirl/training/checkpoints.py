@@ -2,7 +2,8 @@
 
     runs/<run>/training/checkpoints/step-000010/   config.json, model.safetensors, tokenizer files
                                                    (Hugging Face format: `transformers` and the
-                                                   generators load it), optimizer.pt, state.json
+                                                   generators load it), learner.json, state.json,
+                                                   and in the newest only optimizer.pt (or zero/)
 
 Only the newest checkpoint keeps the optimizer state (`mirl.runner.inputs.RESUME_STATE`): resuming
 reads the newest, and the state is twice the weights (Adam's two moments), so keeping it at every
@@ -113,17 +114,19 @@ def sweep(root: Path) -> None:
         shutil.rmtree(left, ignore_errors=True)
 
 
+EARLIER = ("remove the checkpoint directory to resume from an earlier one (from its weights: only the newest "
+           "checkpoint keeps the optimizer state, so the optimizer starts afresh)")
+
+
 def read_state(path: Path) -> dict[str, Any]:
     """A checkpoint's state.json; a damaged one is a ValueError naming the file and the problem."""
     file = Path(path) / "state.json"
     try:
         state = json.loads(file.read_text())
     except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{file}: a damaged checkpoint state, not JSON ({e}); remove the checkpoint "
-                         f"directory to resume from an earlier one") from None
+        raise ValueError(f"{file}: a damaged checkpoint state, not JSON ({e}); {EARLIER}") from None
     if not isinstance(state, dict) or not isinstance(state.get("step"), int):
-        raise ValueError(f"{file}: a damaged checkpoint state: no integer 'step'; remove the checkpoint "
-                         f"directory to resume from an earlier one")
+        raise ValueError(f"{file}: a damaged checkpoint state: no integer 'step'; {EARLIER}")
     return state
 
 

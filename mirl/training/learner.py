@@ -360,6 +360,7 @@ class Learner:
         d = Path(directory)
         save_pretrained(self.model, tokenizer, d)
         torch.save({"optimizer": self.optimizer.state_dict(), "steps": self.steps}, d / "optimizer.pt")
+        (d / "learner.json").write_text(json.dumps({"steps": self.steps}))  # kept when optimizer.pt goes
 
     def load(self, directory: Any) -> None:
         """Weights and optimizer state from a checkpoint written by `save`. A checkpoint that is no
@@ -376,8 +377,8 @@ class Learner:
             raise KeyError(f"{d}: weights not in the policy: {sorted(unexpected)[:5]}")
         if not (d / "optimizer.pt").exists():
             self.optimizer.state.clear()
-            info = d / "state.json"
-            self.steps = int(json.loads(info.read_text()).get("step", 0)) if info.exists() else 0
+            info = d / "learner.json"  # the updates made (a training step without a live group makes none)
+            self.steps = int(json.loads(info.read_text())["steps"]) if info.exists() else 0
             log.warning(
                 "%s has no optimizer state (only the newest checkpoint keeps it): training goes on from its "
                 "weights with a fresh optimizer", d)

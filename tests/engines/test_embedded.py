@@ -64,6 +64,7 @@ def test_smollm2_greedy_stop_and_context_errors(make_client):
 def test_the_converted_copy_is_named_by_content_not_by_install_time(tmp_path, monkeypatch):
     """A reinstalled wheel (same file, new mtime) finds the copy it made before; a changed file gets
     its own."""
+    import json
     import os
 
     monkeypatch.setenv("MIRL_CACHE", str(tmp_path / "cache"))
@@ -74,10 +75,12 @@ def test_the_converted_copy_is_named_by_content_not_by_install_time(tmp_path, mo
         path.write_bytes(data)
     os.utime(b, ns=(1, 1))
     assert weights.converted_dir(a) == weights.converted_dir(b)
-    b.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # the last byte differs
+    middle = len(data) // 2
+    b.write_bytes(data[:middle] + bytes([data[middle] ^ 1]) + data[middle + 1:])  # one byte in the middle differs
     assert weights.converted_dir(a) != weights.converted_dir(b)
-    b.write_bytes(bytes([data[0] ^ 1]) + data[1:])  # the first byte differs
-    assert weights.converted_dir(a) != weights.converted_dir(b)
+    memo = tmp_path / "cache" / "models" / "digests.json"
+    assert len(json.loads(memo.read_text())) == 3  # each version of a file read once, then remembered
+    assert weights.converted_dir(b) == weights.converted_dir(b) and len(json.loads(memo.read_text())) == 3
 
 
 def test_converted_copy_is_reused_and_answers_the_same(tmp_path, monkeypatch):

@@ -103,6 +103,34 @@ def test_only_the_newest_checkpoint_keeps_the_optimizer_state(tmp_path):
     assert ck.drop_resume_state(root, 3) == []
 
 
+def test_a_training_save_leaves_the_optimizer_state_in_the_newest_checkpoint_alone(tmp_path):
+    from types import SimpleNamespace
+
+    from mirl.training.stage import save_checkpoint
+
+    class Engine:
+        def save(self, d):
+            (d / "model.safetensors").write_text("w")
+            (d / "optimizer.pt").write_text("adam")
+
+    stage = SimpleNamespace(params=SimpleNamespace(training=SimpleNamespace(recipe="mirl", keep_checkpoints=0)),
+                            checkpoints=tmp_path / "c")
+    for step in (1, 2, 3):
+        save_checkpoint(stage, Engine(), step, draws=step, digest="d")
+    assert [(s, (d / "optimizer.pt").exists()) for s, d in ck.list_checkpoints(stage.checkpoints)] == [
+        (1, False), (2, False), (3, True)]
+
+
+def test_a_kill_in_the_middle_of_dropping_a_state_directory_leaves_the_checkpoint_whole(tmp_path):
+    root = tmp_path / "c"
+    ck.save(root, 1, lambda d: ((d / "model.safetensors").write_text("w"), (d / "zero").mkdir()), {})
+    ck.save(root, 2, lambda d: (d / "model.safetensors").write_text("w"), {})
+    ck._aside(root, root / "step-000001" / "zero")  # killed after the rename aside, before the removal
+    ck.sweep(root)  # what the next save or resume does first
+    assert [s for s, _ in ck.list_checkpoints(root)] == [1, 2] and not list(root.glob(".tmp-*"))
+    assert (root / "step-000001" / "model.safetensors").exists() and not (root / "step-000001" / "zero").exists()
+
+
 def test_selection_ranks_checkpoints_by_the_smoothed_training_reward():
     assert ck.smoothed([1, 0, 1, 1], 2) == [1.0, 0.5, 0.5, 1.0]
     rewards = [0.0, 1.0, 0.0, 0.2, 0.4, 0.6]
