@@ -10,7 +10,7 @@ COPY into a directory the host already fills (`COPY opt /opt`) is merged entry b
 /etc are the session's own, so sessions of one task side by side do not see each other's files or
 users. /etc is an overlay over the host's (the task's files and the session's writes in the upper
 layer), which costs one mount; where overlayfs is not available it is a copy of the host's /etc
-(~1 s a session: /etc holds thousands of files and links).
+(0.1 to 1 s a session, more the busier the disk: /etc holds thousands of files and links).
 Otherwise commands run in the temp copy of WORKDIR and absolute paths point at the host (RUN
 lines too: a line writing to /app writes the host's /app). RUN lines that install packages are
 skipped with a warning; install them on the machine yourself.
