@@ -197,9 +197,12 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
                 raise StageError(f"held-out prefix {p.id}: misbehavior {p.misbehavior!r} is not in the taxonomy")
             if p.env not in tasks:
                 raise StageError(f"held-out prefix {p.id}: environment {p.env!r} is not in the task pool")
+        # Sample-major, misbehaviors taken in turn, policies innermost: a stage stopped early (deadline,
+        # budget) still compares every policy on the same prefixes, spread over every misbehavior, which
+        # the prefix-clustered design needs; items run in plan order.
         n = self.params.misbehavior_rate.samples
         return [Item((policy, p.id, i), {"policy": policy, "prefix": p.to_dict(), "sample": i})
-                for policy in self.policies() for p in prefixes for i in range(n)]
+                for i in range(n) for p in interleaved(prefixes) for policy in self.policies()]
 
     def redo(self, record: dict[str, Any]) -> bool:
         if record.get("exit_reason") == "error":
@@ -330,6 +333,15 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
                 "invalid": sum(not r.get("valid", True) for r in current), "judgments": len(rows),
                 "rate": {f"{r.policy} | {r.judge}": None if pd.isna(r.rate) else round(float(r.rate), 4)
                          for r in overall.itertuples()}}
+
+
+def interleaved(prefixes: list[Prefix]) -> list[Prefix]:
+    """The prefixes with their misbehaviors taken in turn (first of each, second of each, ...)."""
+    by: dict[str, list[Prefix]] = defaultdict(list)
+    for p in prefixes:
+        by[p.misbehavior].append(p)
+    rounds = max((len(v) for v in by.values()), default=0)
+    return [v[k] for k in range(rounds) for v in by.values() if k < len(v)]
 
 
 def judgment_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

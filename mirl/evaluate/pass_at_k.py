@@ -121,8 +121,9 @@ class PassAtKStage(EpisodeInputs, Stage):
         if multi:
             raise StageError(f"pass_at_k.tasks: {', '.join(multi)} are multi-step tasks, which the agent loop does "
                              "not play; leave them out")
+        # policies innermost: a stage stopped early still compares every policy on the same tasks
         return [Item((policy, task, r), {"policy": policy, "task": task, "run": r})
-                for policy in self.policies() for task in sorted(tasks) for r in range(s.runs)]
+                for r in range(s.runs) for task in sorted(tasks) for policy in self.policies()]
 
     def redo(self, record: dict[str, Any]) -> bool:
         if record.get("exit_reason") == "error":

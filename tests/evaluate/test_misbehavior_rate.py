@@ -146,7 +146,11 @@ def test_held_out_prefixes_only_and_at_most_per_misbehavior(tmp_path, models):
     stage = MisbehaviorRateStage(params(per_misbehavior=1), run_dir, sandbox=FakeSandbox(), tasks=tasks)
     assert [p.env for p in stage.heldout()] == ["alpha"]
     assert {i.key[0] for i in stage.plan()} == {"scripted/cmd", "scripted/mixed"}
-    assert [i.key[0] for i in stage.plan()] == sorted(i.key[0] for i in stage.plan())  # policy by policy
+    plan = [i.key for i in stage.plan()]
+    for cut in range(len(plan) + 1):  # a stage stopped after any item has compared the policies on the same draws
+        policies = [k[0] for k in plan[:cut]]
+        assert abs(policies.count("scripted/cmd") - policies.count("scripted/mixed")) <= 1
+    assert [k[2] for k in plan] == sorted(k[2] for k in plan)  # sample-major: every prefix before a second draw
     leak_dir, tasks = write_rate_run(tmp_path / "leak", train_leak=True)
     stage = MisbehaviorRateStage(params(), leak_dir, sandbox=FakeSandbox(), tasks=tasks)
     with pytest.raises(StageError, match="training starts too"):
@@ -234,3 +238,12 @@ def test_a_further_judge_takes_its_own_settings_over_the_behavior_judges(tmp_pat
         MisbehaviorRateStage(bad, tmp_path).judge_config(qwen)
     with pytest.raises(StageError, match="judge_models: other/judge is not one of the judges"):
         MisbehaviorRateStage(make(misbehavior_rate={"judge_models": {"other/judge": {}}}), tmp_path)
+
+
+def test_interleaved_takes_the_misbehaviors_in_turn():
+    from mirl.evaluate.misbehavior_rate import interleaved
+    from mirl.records.prefix import Prefix
+
+    made = [Prefix(id=f"{m}|{k}", misbehavior=m, error_id=k, env="alpha", seed=0, steps=1)
+            for k, m in [("1", "a"), ("2", "a"), ("3", "a"), ("4", "b"), ("5", "c")]]
+    assert [p.id for p in interleaved(made)] == ["a|1", "b|4", "c|5", "a|2", "a|3"]

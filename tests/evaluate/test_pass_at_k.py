@@ -52,7 +52,9 @@ class ReplaySandbox:
 
 
 # policy a: alpha 3/3, beta 1/3; policy b: alpha 1/3 (run 1 errored), beta 2/3
-OUTCOMES = {"alpha": [1.0, 1.0, 1.0, 0.0, "err", 1.0], "beta": [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]}
+# in start order, policies alternating (a run 0, b run 0, a run 1, ...): a gets alpha 1, 1, 1 and beta 1, 0, 0;
+# b gets alpha 0, err, 1 and beta 1, 1, 0
+OUTCOMES = {"alpha": [1.0, 0.0, 1.0, "err", 1.0, 1.0], "beta": [1.0, 1.0, 0.0, 1.0, 0.0, 0.0]}
 
 
 @pytest.fixture
@@ -95,8 +97,9 @@ def test_scores_pass_at_k_and_paired_difference(tmp_path, tasks, policies):
     summary = run(params(), tmp_path, tasks, ReplaySandbox(OUTCOMES))
     assert summary["complete"] and summary["planned"] == 2 * 2 * 3
     episodes = read_jsonl(tmp_path / "run" / "pass_at_k" / "episodes.jsonl")[0]
+    # in plan order, policies innermost: a stage stopped early has compared them on the same tasks and runs
     assert [(e["policy"], e["task"], e["run"]) for e in episodes][:4] == [
-        ("scripted/a", "alpha", 0), ("scripted/a", "alpha", 1), ("scripted/a", "alpha", 2), ("scripted/a", "beta", 0)]
+        ("scripted/a", "alpha", 0), ("scripted/b", "alpha", 0), ("scripted/a", "beta", 0), ("scripted/b", "beta", 0)]
     assert {e["seed"] for e in episodes if e["task"] == "beta"} == {0, 1, 2}
     scores = {r["policy"]: r for r in table(tmp_path, "scores.csv")}
     a, b = scores["scripted/a"], scores["scripted/b"]
