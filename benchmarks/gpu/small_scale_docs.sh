@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Copies the small-scale experiment's tables and figures from its reports into docs/small_scale/ and packs
+# its run (checkpoints left out) as docs/small_scale/data/runs.tar.xz:
+#   bash benchmarks/gpu/small_scale_docs.sh [WORK]     # WORK holds runs/small and reports/small (default .)
+# e.g. after unpacking what benchmarks/gpu/small_scale.sh sent back: cat small.tar.xz.* | tar xJf - -C WORK.
+# docs/small_scale/README.md (the conclusion, written from these files) is not touched.
+set -eu
+cd "$(dirname "$0")/../.."
+W=${1:-.}
+NAME=${SMALL_NAME:-small}
+R=$W/reports/$NAME
+D=docs/small_scale
+[ -d "$R" ] && [ -d "$W/runs/$NAME" ] || { echo "no reports/$NAME and runs/$NAME under $W" >&2; exit 2; }
+find "$D" -maxdepth 1 -type f ! -name README.md -delete
+mkdir -p "$D/data"
+for f in misbehavior_rates.csv misbehavior_rates.png misbehavior_reductions_ci.csv misbehavior_reduction_ci.png \
+         success_from_prefixes.csv success_from_prefixes.png training_curves_recipes.png cost_totals.csv \
+         cost_side_by_side.png scores.csv taxonomy_types.csv prefix_funnel.csv profiling_per_env.csv; do
+  if [ -f "$R/$f" ]; then cp "$R/$f" "$D/$f"; else echo "missing: $R/$f (that stage has not finished)"; fi
+done
+for m in "$R"/recipes/*/training_metrics.csv; do
+  [ -f "$m" ] && cp "$m" "$D/training_$(basename "$(dirname "$m")").csv"
+done
+tar cf - -C "$W" --exclude=checkpoints "runs/$NAME" | xz -T0 -6 > "$D/data/runs.tar.xz"
+ls -la "$D" "$D/data"
