@@ -542,6 +542,7 @@ def _headline(summary: dict[str, Any] | None) -> str:
     if not summary:
         return ""
     counted = [k for k in ("done", "planned", "new", "lost") if isinstance(summary.get(k), (int, float))]
+    counted += ["errors"] if summary.get("errors") else []
     if counted and not summary.get("planned") and not summary.get("done"):
         counted = []  # a stage whose work is not items (the offline taxonomy): its own numbers say more
     own = [k for k in HEADLINE_KEYS if isinstance(summary.get(k), (int, float))]

@@ -79,7 +79,7 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
         self._policies: dict[str, str] | None = None
         self._weights: dict[str, str | None] = {}
         self._trajectories = self._misbehaviors = None
-        self.judged = self.repeated = 0
+        self.judged = self.repeated = self.failed = 0
         self.validate()
 
     def validate(self) -> None:
@@ -309,7 +309,9 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
         said = [j["repeated"] for j in record.get("judgments", []) if j.get("repeated") is not None]
         self.judged += len(said)
         self.repeated += sum(said)
-        return {"policy": record["policy"], "repeated": f"{self.repeated / max(1, self.judged):.2f}"}
+        self.failed += record.get("exit_reason") == "error"
+        shown = {"policy": record["policy"], "repeated": f"{self.repeated / self.judged:.2f}" if self.judged else "n/a"}
+        return {**shown, "failed": self.failed} if self.failed else shown
 
     def finalize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         planned = {i.key for i in self.plan()}

@@ -30,6 +30,7 @@ import contextlib
 import fcntl
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
@@ -260,8 +261,21 @@ def _run_items(stage: Stage, items: list[Item], progress: bool) -> dict[str, Any
         "done": len({stage.key(r) for r in records} & set(keys)), "stopped": stopped,
     }
     summary["complete"] = summary["done"] == summary["planned"] and not stopped
+    failed = [r for r in records if stage.key(r) in order and r.get("exit_reason") == "error"]
+    summary["errors"] = len(failed)  # items whose sandbox or model broke; the stage plays them again next run
+    if failed and len(failed) == summary["done"]:  # nothing usable: a broken engine or sandbox, not bad luck
+        first = Counter(_error_line(r) for r in failed).most_common(1)[0][0]
+        summary["stopped"] = f"every item failed ({len(failed)}), most often: {first}"
+        summary["complete"] = False
+        log.error("stage %s: %s", stage.name, summary["stopped"])
     summary.update(stage.finalize(records))
     return summary
+
+
+def _error_line(record: dict[str, Any]) -> str:
+    """The first line of an errored record's error, short enough for a summary."""
+    text = str(record.get("error") or record.get("why_invalid") or "no error text recorded")
+    return text.strip().splitlines()[0][:300] if text.strip() else "no error text recorded"
 
 
 def _loop(stage: Stage, pending: list[Item], show: bool) -> tuple[str | None, int, int]:

@@ -31,11 +31,13 @@ import logging
 import math
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from mirl.engines.compile_lock import COMPILE_LOCK
 from mirl.training.loss import clipped_loss, dppo_loss
 
 log = logging.getLogger(__name__)
@@ -332,13 +334,16 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         sums = dict.fromkeys(STAT_SUMS, 0.0)
         micro = self.micro_batches(examples)
-        for idx in micro:
-            batch = [examples[i] for i in idx]
-            n = sum(ex.loss_tokens for ex in batch)
-            if n == 0:
-                continue
-            loss = self.micro_loss(batch, [advantages[i] for i in idx], sums)
-            (loss * (n / total)).backward()
+        # compiled layers may compile again in forward or backward: not while an engine in this process
+        # compiles or captures a graph (mirl.engines.compile_lock)
+        with COMPILE_LOCK if self.compiled_layers else nullcontext():
+            for idx in micro:
+                batch = [examples[i] for i in idx]
+                n = sum(ex.loss_tokens for ex in batch)
+                if n == 0:
+                    continue
+                loss = self.micro_loss(batch, [advantages[i] for i in idx], sums)
+                (loss * (n / total)).backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -300,3 +300,40 @@ def test_the_registry_serves_a_checkpoint_with_the_paged_engine_when_asked(check
 def test_a_one_token_prompt_decodes_as_generate(engine):
     gen = engine.generate_tokens([17], [0], max_tokens=8, temperature=0.0)  # a pass of one token is padded
     assert gen.samples[0].ids == generate_ref(engine, [17], 8)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_engines_in_one_process_compile_one_at_a_time(compiled):
+    """Two engines' steps that may compile (a first run, or every run without graphs) never overlap:
+    while one thread traces for torch.compile, a compiled call in another raises, and inside a graph
+    capture that breaks the engine for good (seen on a GPU with two policies evaluated at once)."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from mirl.engines.paged.batch import DeviceBatch
+
+    inside, most, lock = [0], [0], threading.Lock()
+
+    def step():
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.05)
+        with lock:
+            inside[0] -= 1
+
+    batches = [SimpleNamespace(graphs=False, compiled=compiled) for _ in range(2)]
+    start = threading.Barrier(2)
+
+    def engine(b):
+        start.wait()
+        for _ in range(3):
+            DeviceBatch._run(b, ("decode", 8, False), step)
+
+    threads = [threading.Thread(target=engine, args=(b,)) for b in batches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == (1 if compiled else 2)  # eager engines run side by side

@@ -247,3 +247,14 @@ def test_interleaved_takes_the_misbehaviors_in_turn():
     made = [Prefix(id=f"{m}|{k}", misbehavior=m, error_id=k, env="alpha", seed=0, steps=1)
             for k, m in [("1", "a"), ("2", "a"), ("3", "a"), ("4", "b"), ("5", "c")]]
     assert [p.id for p in interleaved(made)] == ["a|1", "b|4", "c|5", "a|2", "a|3"]
+
+
+def test_progress_shows_failed_continuations_apart_from_the_rate(tmp_path, models):
+    from mirl.evaluate.misbehavior_rate import MisbehaviorRateStage
+
+    run_dir, tasks = write_rate_run(tmp_path)
+    stage = MisbehaviorRateStage(params(), run_dir, sandbox=FakeSandbox(), tasks=tasks)
+    broken = {"policy": "scripted/cmd", "exit_reason": "error", "judgments": [{"judge": "rules", "repeated": None}]}
+    assert stage.progress(broken) == {"policy": "scripted/cmd", "repeated": "n/a", "failed": 1}
+    judged = {"policy": "scripted/cmd", "exit_reason": "done", "judgments": [{"judge": "rules", "repeated": True}]}
+    assert stage.progress(judged) == {"policy": "scripted/cmd", "repeated": "1.00", "failed": 1}

@@ -53,10 +53,12 @@ class Squares(Stage):
                 raise BudgetExceeded("cap reached", spent_usd=ledger.spent(self.name), cap_usd=self.budget)
             ledger.record(role="policy", stage=self.name, model=self.model, cost_usd=self.cost,
                           input_tokens=10, cached_input_tokens=4, output_tokens=3)
-        return {"k": k, "square": k * k, "error": k in self.bad}
+        broke = k in self.bad
+        return {"k": k, "square": k * k, "exit_reason": "error" if broke else "done",
+                "error": f"sandbox for {k} broke\ntraceback ..." if broke else None}
 
     def redo(self, record):
-        return record["error"]
+        return record.get("exit_reason") == "error"
 
     def finalize(self, records):
         total = sum(r["square"] for r in records)
@@ -81,12 +83,21 @@ def test_runs_every_item_once_then_skips_them(tmp_path):
 def test_lost_items_and_redo_records_run_again_without_duplicates(tmp_path):
     first = Squares(tmp_path, fail={1, 4}, bad={2})
     s = run_stage(first, progress=False)
-    assert s["lost"] == 2 and s["new"] == 4 and not s["complete"]
+    assert s["lost"] == 2 and s["new"] == 4 and not s["complete"] and s["errors"] == 1
     assert sorted(keys(first.records_path)) == [0, 2, 3, 5]  # the error record is kept until the rerun
     second = Squares(tmp_path)
     s2 = run_stage(second, progress=False)
     assert sorted(second.ran) == [1, 2, 4] and s2["complete"]
     assert sorted(keys(second.records_path)) == list(range(6))
+
+
+def test_a_stage_whose_every_item_failed_is_not_complete_and_says_why(tmp_path):
+    s = run_stage(Squares(tmp_path, n=3, bad={0, 1, 2}), progress=False)
+    assert not s["complete"] and s["errors"] == 3
+    assert s["stopped"] == "every item failed (3), most often: sandbox for 0 broke"
+    assert not json.loads((tmp_path / "squares" / "summary.json").read_text())["complete"]
+    again = run_stage(Squares(tmp_path, n=3, bad={1}), progress=False)  # one error among results: complete
+    assert again["complete"] and again["errors"] == 1 and again["new"] == 3
 
 
 def test_duplicate_and_torn_records_are_cleaned_on_resume(tmp_path):

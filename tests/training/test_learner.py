@@ -171,3 +171,27 @@ def test_rows_of_one_length_pass_no_attention_mask(tiny):
             lp, _ = token_logprobs(tiny, inputs)
         want = [v for ex in exs for v in alone(tiny, ex)]
         assert max(abs(a - b) for a, b in zip(lp.tolist(), want)) < 1e-4
+
+
+def test_a_compiling_learner_waits_for_the_process_compile_lock(tiny):
+    """An engine capturing a CUDA graph holds `COMPILE_LOCK`; a learner whose layers are compiled must not
+    run them (they may compile again) until it is released (mirl.engines.compile_lock)."""
+    import threading
+
+    from mirl.engines.compile_lock import COMPILE_LOCK
+
+    learner = Learner(copy.deepcopy(tiny), LearnerConfig(lr=1e-2, compile_layers=False))
+    learner.compiled_layers = 2  # as on a GPU; the lock is what is tested, not torch.compile on a CPU
+    done = threading.Event()
+    with COMPILE_LOCK:
+        t = threading.Thread(target=lambda: (learner.train_step(examples(2), [1.0, -1.0]), done.set()))
+        t.start()
+        assert not done.wait(1.0)  # held back while an engine "captures"
+    t.join(30)
+    assert done.is_set() and learner.steps == 1
+    plain = Learner(copy.deepcopy(tiny), LearnerConfig(lr=1e-2, compile_layers=False))
+    with COMPILE_LOCK:  # uncompiled layers never wait
+        t = threading.Thread(target=plain.train_step, args=(examples(2), [1.0, -1.0]))
+        t.start()
+        t.join(30)
+        assert plain.steps == 1

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from mirl.engines.compile_lock import COMPILE_LOCK
 from mirl.engines.paged.attention import Attention, Decode, Prefill
 from mirl.engines.paged.model import PagedModel
 
@@ -48,10 +49,11 @@ class Flight:
 
 class DeviceBatch:
     def __init__(self, pm: PagedModel, attn: Attention, kv: torch.Tensor, *, max_rows: int, width: int, page: int,
-                 prefill_tokens: int, max_seqs: int, graphs: bool, sample: Callable, token_hash: torch.Tensor):
+                 prefill_tokens: int, max_seqs: int, graphs: bool, sample: Callable, token_hash: torch.Tensor,
+                 compiled: bool = False):
         self.pm, self.attn, self.kv, self.page, self.width = pm, attn, kv, page, width
         self.device = kv.device
-        self.graphs = graphs
+        self.graphs, self.compiled = graphs, compiled
         self.sample, self.token_hash = sample, token_hash
         self.max_rows, self.max_seqs = max_rows, max_seqs
         # the prefill pass: up to prefill_tokens tokens, padded to a power of two with graphs
@@ -79,8 +81,9 @@ class DeviceBatch:
         self.p_logits = torch.zeros(max_seqs, pm.vocab, dtype=torch.float32, device=dev)
         self._graphs: dict[tuple, Any] = {}
         self._pool = None
+        self._failed_graphs: list[Any] = []
         self._scratch: dict[int, Any] = {}
-        self.captured = 0
+        self.captured = self.failed_captures = 0
 
     # --- host -> device ----------------------------------------------------------------------------
 
@@ -227,26 +230,51 @@ class DeviceBatch:
 
     def _run(self, key: tuple, step: Callable[[], None]) -> None:
         """Run `step`, replaying its CUDA graph when there is one (captured on its first run: that run
-        goes eagerly, compiling the first time, then the capture, which runs nothing)."""
+        goes eagerly, compiling the first time, then the capture, which runs nothing). Compiling and
+        capturing hold the process's `COMPILE_LOCK` (other engines, the learner)."""
         if not self.graphs:
-            step()
+            if self.compiled:
+                with COMPILE_LOCK:
+                    step()
+            else:
+                step()
             return
         graph = self._graphs.get(key)
         if graph is not None:
             graph.replay()
             return
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            step()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            step()
+        with COMPILE_LOCK:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                step()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            try:
+                with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+                    step()
+            except BaseException:
+                self._abandon_pool(graph)
+                raise
         self._graphs[key] = graph
         self.captured += 1
+
+    def _abandon_pool(self, graph) -> None:
+        """After a failed capture: the pool it recorded into stays marked as recording (torch ends that
+        only after a capture that ended well), so every later capture into it would fail too. End the
+        recording where torch lets us, and capture later graphs into a new pool; the failed graph is
+        kept, since the allocator's filter for that pool points at it."""
+        end = getattr(torch._C, "_cuda_endAllocateToPool", None)
+        if end is not None and self._pool is not None:
+            try:
+                end(self.device.index if self.device.index is not None else torch.cuda.current_device(), self._pool)
+            except RuntimeError:
+                pass
+        self._failed_graphs.append(graph)
+        self._pool = None
+        self.failed_captures += 1
 
 
 def prefill_tiles_host(host: list[tuple[int, int, int]], block: int, tiles: int, empty: int) -> list[list[int]]:

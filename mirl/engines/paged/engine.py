@@ -156,7 +156,7 @@ class PagedEngine:
         self.load_seconds = time.perf_counter() - t0
         self.stats = {"decode_s": 0.0, "prefill_s": 0.0, "host_s": 0.0, "weights_s": 0.0, "steps": 0,
                       "row_steps": 0, "prefill_tokens": 0, "cached_tokens": 0, "prefill_passes": 0,
-                      "graphs_captured": 0, "max_rows_seen": 0, "max_pages_used": 0, "requests": 0}
+                      "graphs_captured": 0, "failed_captures": 0, "max_rows_seen": 0, "max_pages_used": 0, "requests": 0}
 
     # --- public ----------------------------------------------------------------------------------
 
@@ -389,7 +389,8 @@ class PagedEngine:
         self.pool = PagePool(pages, self.page_size)
         self.batch = DeviceBatch(self.pm, self.attn, self.kv, max_rows=self.max_rows, width=self.width,
                                  page=self.page_size, prefill_tokens=self.prefill_tokens, max_seqs=self.max_seqs,
-                                 graphs=self.graphs, sample=self._sample, token_hash=self.token_hash)
+                                 graphs=self.graphs, sample=self._sample, token_hash=self.token_hash,
+                                 compiled=self.compiled)
         log.info("paged engine %s: %d KV pages of %d tokens (%.1f GB, %d sequences of 4k)", self.name, pages,
                  self.page_size, self.kv.numel() * self.kv.element_size() / 1e9, pages * self.page_size // 4096)
 
@@ -554,7 +555,7 @@ class PagedEngine:
         self.stats["steps"] += 1
         self.stats["row_steps"] += len(self.active)
         self.stats["max_rows_seen"] = max(self.stats["max_rows_seen"], len(self.active))
-        self.stats["graphs_captured"] = b.captured
+        self.stats["graphs_captured"], self.stats["failed_captures"] = b.captured, b.failed_captures
         self.stats["host_s"] += t1 - t0
         self.stats["decode_s"] += time.perf_counter() - t1
 
