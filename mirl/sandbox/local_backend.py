@@ -63,6 +63,7 @@ from mirl.sandbox.verifier import run_verifier
 from mirl.tasks import Task
 
 log = logging.getLogger(__name__)
+_WARNED: set[str] = set()  # tasks warned about running unconfined
 
 SESSION_VAR = "MIRL_SESSION"
 PIDS_LIMIT = 1024
@@ -544,5 +545,7 @@ class LocalSandbox:
         if snapshot is not None:
             raise SandboxError(f"the local backend cannot snapshot (commands write anywhere on the host), so it "
                                f"cannot start from snapshot {snapshot!r}: use the docker or bwrap backend")
-        log.warning("local sandbox: task %s runs UNCONFINED on this machine (throwaway machines only)", task.id)
+        if task.id not in _WARNED:  # once per task and process: a stage starts hundreds of sessions
+            _WARNED.add(task.id)
+            log.warning("local sandbox: task %s runs UNCONFINED on this machine (throwaway machines only)", task.id)
         return LocalSession(task, self.config)

@@ -24,12 +24,19 @@ def sandbox():
     return make_sandbox(SandboxConfig(backend="local"))
 
 
-def test_warns_that_it_is_unconfined_and_skips_installs(sandbox, caplog):
+def test_warns_that_it_is_unconfined_and_skips_installs(sandbox, caplog, monkeypatch):
+    from mirl.sandbox import local_backend
+
+    monkeypatch.setattr(local_backend, "_WARNED", set())
     caplog.set_level(logging.WARNING, logger="mirl.sandbox.local_backend")
     with sandbox.start(data_task("contract-basic")):
         pass
     assert "UNCONFINED" in caplog.text
     assert "skipping Dockerfile line 11" in caplog.text
+    caplog.clear()
+    with sandbox.start(data_task("contract-basic")):  # once per task: a stage starts hundreds of sessions
+        pass
+    assert "UNCONFINED" not in caplog.text
 
 
 def test_auto_never_picks_local(monkeypatch):

@@ -16,6 +16,7 @@ sequence.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,8 @@ import torch
 from mirl.engines.compile_lock import COMPILE_LOCK
 from mirl.engines.paged.attention import Attention, Decode, Prefill
 from mirl.engines.paged.model import PagedModel
+
+log = logging.getLogger(__name__)
 
 # decode batch sizes graphs are captured for; no bucket of 1, whose shapes torch.compile would compile again
 BUCKETS = (2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512)
@@ -270,8 +273,8 @@ class DeviceBatch:
         if end is not None and self._pool is not None:
             try:
                 end(self.device.index if self.device.index is not None else torch.cuda.current_device(), self._pool)
-            except RuntimeError:
-                pass
+            except Exception as e:  # best effort: a private torch call whose signature may change
+                log.warning("paged engine: could not end the failed capture's pool: %s", e)
         self._failed_graphs.append(graph)
         self._pool = None
         self.failed_captures += 1
