@@ -337,3 +337,30 @@ def test_engines_in_one_process_compile_one_at_a_time(compiled):
     for t in threads:
         t.join()
     assert most[0] == (1 if compiled else 2)  # eager engines run side by side
+
+
+def test_every_compiled_call_of_an_engine_holds_the_compile_lock(checkpoint):
+    """A compiled engine calls its compiled code (the steps, and the sampler of a request's first tokens)
+    only while holding `COMPILE_LOCK`; the CPU engine is eager, so the calls are watched instead."""
+    from mirl.engines.compile_lock import COMPILE_LOCK
+    from mirl.engines.paged import model as paged_model
+
+    e = make(checkpoint)
+    held = []
+
+    def watched(fn):
+        def call(*a, **kw):
+            held.append(COMPILE_LOCK._is_owned())
+            return fn(*a, **kw)
+        return call
+
+    try:
+        e.compiled = True  # as on a GPU: the batch made at the first request takes it over
+        e._sample = watched(e._sample)
+        e.pm._pre, e.pm._post, e.pm._final = (watched(f) for f in (paged_model.pre_attention,
+                                                                    paged_model.post_attention,
+                                                                    paged_model.final_norm))
+        e.generate_tokens([5, 6, 7, 8, 9], [0, 1], max_tokens=4, temperature=1.0)
+    finally:
+        e.close()
+    assert held and all(held)

@@ -34,12 +34,14 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from mirl.engines.compile_lock import COMPILE_LOCK
 from mirl.engines.generator import (
     Generation,
     Sample,
@@ -478,10 +480,11 @@ class PagedEngine:
         seeds = [row_seed(req.seed, i) for i in req.indices]
         k = len(seeds)
         dev = self.device
-        tok, lp = self._sample(logits[None].expand(k, -1), torch.tensor(seeds, dtype=torch.long, device=dev),
-                               torch.zeros(k, dtype=torch.long, device=dev),
-                               torch.full((k,), req.inv_temperature, device=dev),
-                               torch.full((k,), req.top_p, device=dev), self.token_hash, req.top_p < 1)
+        with COMPILE_LOCK if self.compiled else nullcontext():  # compiled, and may compile for a new k
+            tok, lp = self._sample(logits[None].expand(k, -1), torch.tensor(seeds, dtype=torch.long, device=dev),
+                                   torch.zeros(k, dtype=torch.long, device=dev),
+                                   torch.full((k,), req.inv_temperature, device=dev),
+                                   torch.full((k,), req.top_p, device=dev), self.token_hash, req.top_p < 1)
         toks, lps = tok.tolist(), lp.tolist()
         full = n // p
         for seed, t, logprob in zip(seeds, toks, lps):
