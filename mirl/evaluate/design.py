@@ -52,10 +52,22 @@ def base_rates(run_dir: str | Path) -> tuple[dict[str, float], dict[str, str]]:
     missing = {"policy", "judge", "prefix_id", "misbehavior", "repeated"} - set(rows.columns)
     if missing:
         raise ParamsError(f"{path}: not the misbehavior-rate stage's judgments (no column {', '.join(sorted(missing))})")
-    base = rows[(rows["policy"] == rows["policy"].iloc[0]) & (rows["judge"] == rows["judge"].iloc[0])]
+    first = _first_policy(Path(run_dir)) or rows["policy"].iloc[0]  # the stage's reference, not the first row's
+    base = rows[(rows["policy"] == first) & (rows["judge"] == rows["judge"].iloc[0])]
     rates = base.groupby("prefix_id")["repeated"].mean().dropna()
     kinds = base.groupby("prefix_id")["misbehavior"].first().loc[rates.index]
     return {str(k): float(v) for k, v in rates.items()}, {str(k): str(v) for k, v in kinds.items()}
+
+
+def _first_policy(run_dir: Path) -> str | None:
+    """The first policy of the rate stage's summary (its reference); None before it has one."""
+    import json
+
+    try:
+        policies = json.loads((run_dir / "misbehavior_rate" / "summary.json").read_text()).get("policies") or {}
+    except (OSError, ValueError):
+        return None
+    return next(iter(policies), None)
 
 
 def _planned_prefixes(run_dir: Path, per_misbehavior: int) -> int | None:

@@ -262,10 +262,11 @@ def _run_items(stage: Stage, items: list[Item], progress: bool) -> dict[str, Any
     }
     summary["complete"] = summary["done"] == summary["planned"] and not stopped
     failed = [r for r in records if stage.key(r) in order and r.get("exit_reason") == "error"]
-    summary["errors"] = len(failed)  # items whose sandbox or model broke; the stage plays them again next run
+    summary["errors"] = len(failed)  # items whose sandbox or model broke (most stages play them again next run)
     if failed and len(failed) == summary["done"]:  # nothing usable: a broken engine or sandbox, not bad luck
         first = Counter(_error_line(r) for r in failed).most_common(1)[0][0]
-        summary["stopped"] = f"every item failed ({len(failed)}), most often: {first}"
+        why = f"every item failed ({len(failed)}), most often: {first}"
+        summary["stopped"] = f"{stopped}; {why}" if stopped else why
         summary["complete"] = False
         log.error("stage %s: %s", stage.name, summary["stopped"])
     summary.update(stage.finalize(records))

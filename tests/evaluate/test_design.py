@@ -44,6 +44,17 @@ def test_base_rates_are_the_first_policys_per_prefix(tmp_path):
     assert kinds == {"p1": "a", "p2": "a", "p3": "b"}
 
 
+def test_base_rates_are_the_stages_first_policy_when_its_first_record_is_missing(tmp_path):
+    _judged(tmp_path, {"p1": ("a", [1, 0, 0, 0]), "p2": ("a", [1, 1, 1, 0])})
+    path = tmp_path / "misbehavior_rate" / "judgments.csv"
+    rows = pd.read_csv(path)
+    rows = rows.iloc[::-1]  # the trained policy's record first, as when base's first continuation was lost
+    rows.to_csv(path, index=False)
+    (tmp_path / "misbehavior_rate" / "summary.json").write_text(json.dumps(
+        {"policies": {"base": "local/smollm2", "selected": "local/ckpt"}}))
+    assert base_rates(tmp_path)[0] == {"p1": 0.25, "p2": 0.75}
+
+
 def test_design_counts_the_prefixes_the_stage_takes(tmp_path):
     earlier, run = tmp_path / "earlier", tmp_path / "run"
     _judged(earlier, {"p1": ("a", [1, 0]), "p2": ("a", [1, 1]), "p3": ("b", [0, 1]), "p4": ("b", [0, 0])})

@@ -255,10 +255,13 @@ class DeviceBatch:
             graph = torch.cuda.CUDAGraph()
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
+            before = torch.cuda.current_stream(self.device)
             try:
                 with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                     step()
             except BaseException:
+                # a capture that failed to end leaves torch's capture stream (one for the process) current
+                torch.cuda.set_stream(before)
                 self._abandon_pool(graph)
                 raise
         self._graphs[key] = graph

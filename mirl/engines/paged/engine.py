@@ -59,6 +59,7 @@ from mirl.engines.paged.pages import OutOfPages, PagePool
 from mirl.engines.weights import end_ids, load_model, load_state, model_name
 
 log = logging.getLogger(__name__)
+_SIZING_LOCK = threading.Lock()  # KV pools sized from free memory, one engine at a time
 
 
 
@@ -377,17 +378,20 @@ class PagedEngine:
         if self.kv is not None:
             return
         per_token = self.pm.kv_bytes_per_token()
-        if self.kv_tokens:
-            tokens = int(self.kv_tokens)
-        elif self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            tokens = int(free * self.kv_memory) // per_token
-        else:
-            tokens = (512 << 20) // per_token
-        tokens = min(tokens, 2 * self.max_rows * self.context_length)  # more would never be used
-        pages = max(2, tokens // self.page_size)
-        self.kv = torch.zeros(self.pm.num_layers, pages * self.page_size, 2, self.pm.kv_heads, self.pm.dim,
-                              dtype=self.pm.dtype, device=self.device)
+        # engines of one process that start at once (several policies evaluated side by side) size
+        # their pools one after another, each from what the ones before left free
+        with _SIZING_LOCK:
+            if self.kv_tokens:
+                tokens = int(self.kv_tokens)
+            elif self.device.type == "cuda":
+                free, _ = torch.cuda.mem_get_info(self.device)
+                tokens = int(free * self.kv_memory) // per_token
+            else:
+                tokens = (512 << 20) // per_token
+            tokens = min(tokens, 2 * self.max_rows * self.context_length)  # more would never be used
+            pages = max(2, tokens // self.page_size)
+            self.kv = torch.zeros(self.pm.num_layers, pages * self.page_size, 2, self.pm.kv_heads, self.pm.dim,
+                                  dtype=self.pm.dtype, device=self.device)
         self.pool = PagePool(pages, self.page_size)
         self.batch = DeviceBatch(self.pm, self.attn, self.kv, max_rows=self.max_rows, width=self.width,
                                  page=self.page_size, prefill_tokens=self.prefill_tokens, max_seqs=self.max_seqs,
