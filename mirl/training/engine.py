@@ -7,7 +7,9 @@ and hands its new weights to its sampler.
     save(directory) / load(directory): a checkpoint (Hugging Face weights + optimizer state)
 
 `EmbeddedEngine` is one process: the policy's generator (the batched CPU engine, or the transformers
-engine on one GPU) and a torch learner holding a float32 copy of the same model. The rollout code
+engine on one GPU) and a torch learner holding a float32 copy of the same model, computing in the
+sampler's precision (bf16 autocast only where the sampler's weights are not float32), so that the
+logprobs the loss compares agree up to kernel rounding. The rollout code
 reaches the generator through the LLM client (`models.policy`), so its calls are counted in the
 ledger; the engine only owns the weights.
 """
@@ -15,6 +17,7 @@ ledger; the engine only owns the weights.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,6 +53,10 @@ class EmbeddedEngine:
         self.generator = generator
         self.tokenizer = generator.tokenizer
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        sampler_dtype = next(generator.model.parameters()).dtype
+        if config.bf16 is None and sampler_dtype == torch.float32:
+            # a float32 sampler's logprobs are matched to ~1e-6 in float32, to ~0.015 under bf16 autocast
+            config = dataclasses.replace(config, bf16=False)
         model = copy.deepcopy(generator.model).to(device=device, dtype=torch.float32)
         self.learner = Learner(model, config)
 

@@ -274,7 +274,8 @@ def make_engine(generator: Any, t) -> Any:
     """The `TrainEngine` of `training.engine`: embedded (this process) or scale (Ray + DeepSpeed)."""
     config = LearnerConfig(lr=t.lr, weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm, loss=t.loss,
                            delta=t.delta, eps_low=t.eps_low, eps_high=t.eps_high, temperature=t.temperature,
-                           micro_batch_tokens=t.micro_batch_tokens, gradient_checkpointing=t.gradient_checkpointing)
+                           micro_batch_tokens=t.micro_batch_tokens, gradient_checkpointing=t.gradient_checkpointing,
+                           compile_layers=t.compile_learner)
     if t.engine == "scale":
         from mirl.training.scale.engine import ScaleEngine
 

@@ -89,6 +89,41 @@ def test_loss_is_the_token_mean_of_the_policy_gradient(tiny):
     assert stats["logprob_abs_diff"] < 1e-4 and stats["masked_share"] == 0.0
 
 
+def _matched(tiny, seed: int) -> list[Example]:
+    """Examples whose sampler logprobs are the model's own in float64 (a float32 sampler, to rounding)."""
+    exs = examples(3, seed=seed)
+    for ex in exs:
+        lp = iter(alone(tiny, ex))
+        ex.logprobs = [0.0] + [next(lp) if m else 0.0 for m in ex.mask[1:]]
+    return exs
+
+
+def test_bf16_autocast_is_what_parts_a_float32_samplers_logprobs_from_the_learners(tiny):
+    """The GPU run's |log pi - log mu| of ~0.015 at identical weights was the learner's bf16 autocast
+    against a float32 sampler: the same learner in float32 agrees to rounding."""
+    exs, adv = _matched(tiny, 4), [1.0, -1.0, 0.5]
+    f32 = Learner(copy.deepcopy(tiny), LearnerConfig(lr=0.0, bf16=False)).train_step(exs, adv)
+    b16 = Learner(copy.deepcopy(tiny), LearnerConfig(lr=0.0, bf16=True)).train_step(exs, adv)
+    assert f32["logprob_abs_diff"] < 1e-5
+    assert b16["logprob_abs_diff"] > 100 * f32["logprob_abs_diff"]
+
+
+def test_the_embedded_engine_learns_in_its_samplers_precision(tiny):
+    from types import SimpleNamespace
+
+    from mirl.training.engine import EmbeddedEngine
+
+    def engine(dtype, bf16=None):
+        gen = SimpleNamespace(model=copy.deepcopy(tiny).to(dtype), tokenizer=None)
+        return EmbeddedEngine(gen, LearnerConfig(compile_layers=False, bf16=bf16), device="cpu")
+
+    assert engine(torch.float32).learner.config.bf16 is False  # never autocast against a float32 sampler
+    assert engine(torch.bfloat16).learner.config.bf16 is None  # a bf16 sampler: the device's default
+    assert engine(torch.float32, bf16=True).learner.config.bf16 is True  # asked for: kept
+    learner = engine(torch.bfloat16).learner
+    assert next(learner.model.parameters()).dtype == torch.float32
+
+
 def test_a_step_moves_the_weights_and_counts(tiny, tmp_path):
     model = copy.deepcopy(tiny)
     before = {k: v.clone() for k, v in model.state_dict().items()}
