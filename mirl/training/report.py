@@ -96,7 +96,7 @@ def _missing(df: pd.DataFrame, panel: str) -> str:
 
 def table(metrics: pd.DataFrame) -> pd.DataFrame:
     """The columns a person reads first, one row per step."""
-    cols = ["step", "reward", "r_o", "r_e", "groups_live", "groups_tried", "dead_share", "invalid", "loss",
+    cols = ["step", "reward", "r_o", "r_e", "groups_live", "groups_surplus", "groups_tried", "dead_share", "invalid", "loss",
             "masked_share", "logprob_abs_diff", "entropy", "loss_tokens", "collect_s", "learner_s", "judge_usd"]
     return metrics[[c for c in cols if c in metrics]]
 

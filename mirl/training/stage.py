@@ -22,6 +22,7 @@ from there. Different params are refused (`mirl.runner.fingerprint`).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -326,20 +327,50 @@ def resume_point(stage: TrainingStage, engine: EmbeddedEngine) -> tuple[int, int
 # --- one step -----------------------------------------------------------------------------------
 
 
-def collect(player: GroupPlayer, starts: Starts, draws: int, t) -> tuple[list[Group], list[tuple[int, Group]], int]:
-    """Live groups for one step, drawn in waves: each wave draws as many groups as are still
-    missing, plays them at once, and keeps the live ones. Returns (live, all tried with their draw
-    index, groups drawn so far)."""
+class LiveRate:
+    """The share of drawn groups that were live so far in this run, Laplace-smoothed ((live + 1) /
+    (tried + 2)): what a wave's size is planned from."""
+
+    def __init__(self, live: int = 0, tried: int = 0):
+        self.live, self.tried = live, tried
+
+    @classmethod
+    def of_rows(cls, rows: list[dict[str, Any]]) -> LiveRate:
+        """From the metrics rows of the steps done (a resumed run plans as the killed one did)."""
+        return cls(sum(int(r.get("groups_live") or 0) + int(r.get("groups_surplus") or 0) for r in rows),
+                   sum(int(r.get("groups_tried") or 0) for r in rows))
+
+    @property
+    def rate(self) -> float:
+        return (self.live + 1) / (self.tried + 2)
+
+    def wave(self, missing: int, left: int) -> int:
+        """Groups to draw for `missing` live ones: as many as the rate says it takes, at most `left`."""
+        return max(0, min(left, math.ceil(missing / self.rate)))
+
+
+def collect(player: GroupPlayer, starts: Starts, draws: int, t, history: LiveRate | None = None
+            ) -> tuple[list[Group], list[tuple[int, Group]], int]:
+    """Live groups for one step, drawn in waves: each wave draws as many groups as the run's live
+    rate says it takes to fill the batch (`LiveRate`; never more than `max_tries` in a step), plays
+    them at once, and keeps the live ones, the first `batch_size` in draw order (DAPO's dynamic
+    sampling: a live group past the batch is surplus, played but not trained). Few large waves
+    instead of many small ones: a wave waits for its slowest rollout. Returns (live, all tried with
+    their draw index, groups drawn so far)."""
+    history = history if history is not None else LiveRate()
     live: list[Group] = []
     tried: list[tuple[int, Group]] = []
     while len(live) < t.batch_size and len(tried) < t.max_tries:
-        k = min(t.batch_size - len(live), t.max_tries - len(tried))
+        k = history.wave(t.batch_size - len(live), t.max_tries - len(tried))
         wave = [(draws + i, starts[draws + i]) for i in range(k)]
         draws += k
         groups = player.play_many(wave, t.group_size, t.seed)
         for (d, _), g in zip(wave, groups):
             tried.append((d, g))
-            if not is_dead(g):
+            dead = is_dead(g)
+            history.tried += 1
+            history.live += not dead
+            if not dead and len(live) < t.batch_size:
                 live.append(g)
     return live, tried, draws
 
@@ -378,11 +409,12 @@ def step_metrics(step: int, live: list[Group], tried: list[tuple[int, Group]], l
              for k in ("model_s", "sandbox_s", "restore_s", "verify_s")}
     policy_out = sum(r.trajectory.meta.get("usage", {}).get("output_tokens", 0) for r in all_rollouts)
     policy_in = sum(r.trajectory.meta.get("usage", {}).get("input_tokens", 0) for r in all_rollouts)
+    found = sum(not is_dead(g) for _, g in tried)  # live groups, the surplus past the batch included
     row = {"step": step, "reward": rate(valid, lambda r: r.reward.reward),
            "reward_live": rate(live_valid, lambda r: r.reward.reward),
            "r_o": rate(valid, lambda r: r.reward.r_o), "r_e": rate(valid, lambda r: r.reward.r_e),
-           "groups_live": len(live), "groups_tried": len(tried),
-           "dead_share": round(1 - len(live) / len(tried), 4) if tried else None,
+           "groups_live": len(live), "groups_surplus": found - len(live), "groups_tried": len(tried),
+           "dead_share": round(1 - found / len(tried), 4) if tried else None,
            "rollouts": len(all_rollouts), "invalid": len(all_rollouts) - len(valid),
            "policy_steps_mean": round(sum(traj_steps) / len(traj_steps), 3) if traj_steps else None,
            "policy_input_tokens": policy_in, "policy_output_tokens": policy_out,
@@ -434,6 +466,7 @@ def train(stage: TrainingStage, digest: str, misbehaviors: dict[str, Any], pool:
     client = LLMClient(stage.llm_config(), run_dir=run.root, stage=STAGE)
     engine = make_engine(policy_engine(client), t)
     done, draws = resume_point(stage, engine)
+    history = LiveRate.of_rows(read_jsonl(stage.out / METRICS)[0] if (stage.out / METRICS).exists() else [])
     if t.engine == "scale":
         import functools
 
@@ -465,7 +498,7 @@ def train(stage: TrainingStage, digest: str, misbehaviors: dict[str, Any], pool:
                 ts = time.perf_counter()
                 busy0 = engine_time(engine)
                 try:
-                    live, tried, draws = collect(player, starts, draws, t)
+                    live, tried, draws = collect(player, starts, draws, t, history)
                 except BudgetExceeded as e:
                     stopped = f"BudgetExceeded: {e}"
                     break
@@ -478,11 +511,10 @@ def train(stage: TrainingStage, digest: str, misbehaviors: dict[str, Any], pool:
                 learn = engine.train_step(examples, advantages) if examples else {"skipped": 1}
                 seconds["sync_s"] = engine.update_weights() if examples else 0.0
                 seconds["step_s"] = time.perf_counter() - ts
-                live_ids = {id(g) for g in live}
-                for d, g in tried:
+                for d, g in tried:  # live: the rewards differ (a surplus group's too); trained: in the batch
                     for r in g.rollouts:
                         a, ok = per.get(id(r), (0.0, False))
-                        rollouts.append({"step": step, "draw": d, "live": id(g) in live_ids, "advantage": a,
+                        rollouts.append({"step": step, "draw": d, "live": not is_dead(g), "advantage": a,
                                          "trained": ok, **r.to_dict()})
                 row = step_metrics(step, live, tried, learn, seconds, ledger.spent(STAGE) - spent0)
                 row.update(draws=draws, time=round(time.time(), 3))

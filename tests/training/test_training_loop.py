@@ -14,7 +14,7 @@ from mirl.training.advantages import Group
 from mirl.training.params import TrainingParams
 from mirl.training.rewards import Reward
 from mirl.training.rollouts import GroupPlayer, Rollout, Start, Starts
-from mirl.training.stage import collect, examples_of, step_metrics, truncate_after
+from mirl.training.stage import LiveRate, collect, examples_of, step_metrics, truncate_after
 
 
 def traj(prefix_len: int = 1, reward: float | None = 1.0, **kw) -> Trajectory:
@@ -104,20 +104,41 @@ class FakePlayer:
         return [group(self.table[d], start=s.id) for d, s in draws]
 
 
-def test_dead_groups_are_refilled_in_waves_until_the_batch_is_full():
-    table = {0: [0, 0], 1: [1, 0], 2: [1, 1], 3: [0, 1], 4: [1, 0]}
+def test_dead_groups_are_refilled_in_waves_sized_by_the_live_rate_until_the_batch_is_full():
+    table = {0: [0, 0], 1: [1, 0], 2: [1, 1], 3: [0, 1], 4: [1, 0], 5: [0, 0], 6: [1, 0], 7: [0, 0]}
     t = TrainingParams(batch_size=2, group_size=2, max_tries=8)
     fake = FakePlayer(table)
-    live, tried, draws = collect(fake, Starts([Start(env="e")], 0), 0, t)
-    assert fake.asked == [[0, 1], [2], [3]]  # two missing; then one (0 was dead); then one more (2 was dead)
+    history = LiveRate()
+    live, tried, draws = collect(fake, Starts([Start(env="e")], 0), 0, t, history)
+    assert fake.asked == [[0, 1, 2, 3]]  # no history: a live rate of 1/2, so twice the two missing, in one wave
     assert [g.rewards for g in live] == [(1, 0), (0, 1)] and len(tried) == 4 and draws == 4
+    assert (history.live, history.tried) == (2, 4)
     row = step_metrics(1, live, tried, {}, {}, 0.0)
     assert row["dead_share"] == 0.5 and row["groups_live"] == 2 and row["rollouts"] == 8
+    # the next step starts from what this one saw: (2 + 1) / (4 + 2) live, so again 4 for 2
+    live, tried, draws = collect(fake, Starts([Start(env="e")], 0), draws, t, history)
+    assert fake.asked[1:] == [[4, 5, 6, 7]] and [g.rewards for g in live] == [(1, 0), (1, 0)]
+
+
+def test_a_low_live_rate_draws_a_large_wave_and_surplus_live_groups_are_not_trained():
+    assert LiveRate(live=1, tried=20).wave(missing=2, left=8) == 8  # 2 / (2/22) = 22, capped by the tries left
+    assert LiveRate(live=9, tried=10).wave(missing=3, left=8) == 4
+    assert LiveRate.of_rows([{"groups_live": 2, "groups_surplus": 1, "groups_tried": 6},
+                             {"groups_live": 0, "groups_tried": 6}]).rate == (3 + 1) / (12 + 2)
+    table = {0: [1, 0], 1: [0, 1], 2: [0, 0], 3: [1, 0]}
+    t = TrainingParams(batch_size=2, group_size=2, max_tries=8)
+    live, tried, _ = collect(FakePlayer(table), Starts([Start(env="e")], 0), 0, t, LiveRate())
+    assert [g.rewards for g in live] == [(1, 0), (0, 1)] and len(tried) == 4  # 3 is live but past the batch
+    row = step_metrics(1, live, tried, {}, {}, 0.0)
+    assert (row["groups_live"], row["groups_surplus"], row["dead_share"]) == (2, 1, 0.25)
+    _, _, per = examples_of(live)
+    assert not any(id(r) in per for r in tried[3][1].rollouts)
 
 
 def test_the_cap_on_tries_ends_a_step_short():
     t = TrainingParams(batch_size=2, group_size=2, max_tries=3)
     live, tried, draws = collect(FakePlayer({d: [0, 0] for d in range(10)}), Starts([Start(env="e")], 0), 5, t)
+    # (a first wave of 4 for 2 missing, cut to the 3 tries)
     assert live == [] and len(tried) == 3 and draws == 8
 
 
