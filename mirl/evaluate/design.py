@@ -91,14 +91,23 @@ def plan_design(params, run_dir: str | Path, rates_from: str | Path | None = Non
         raise ParamsError(f"misbehavior_rate: samples ({s.samples}) and per_misbehavior ({s.per_misbehavior}) must "
                           "be at least 1 for an evaluation to measure anything")
     rates, kinds, source = {}, {}, "a prior spread of 0.25-0.95 (no earlier run measured)"
+    unusable = []
     for where in [p for p in (rates_from, run_dir) if p]:
         rates, kinds = base_rates(where)
         if len(rates) >= 2:
             source = f"{len(rates)} prefixes of {where}"
             break
+        if where == rates_from:  # asked for and not usable: say so rather than fall back in silence
+            unusable.append(f"{where} has {len(rates)} held-out prefix(es) with a valid judgment of the base policy")
         rates, kinds = {}, {}
+    if unusable:
+        source = f"a prior spread of 0.25-0.95 ({'; '.join(unusable)})"
     planned = _planned_prefixes(Path(run_dir), s.per_misbehavior)
-    if planned is None:  # before the prefix stage: as many misbehaviors as the earlier run judged
+    if planned is None and rates_from:  # before the prefix stage: what the earlier run held out
+        planned = _planned_prefixes(Path(rates_from), s.per_misbehavior)
+        if planned is not None:
+            source += f"; held-out prefixes as many as {rates_from} kept"
+    if planned is None:  # nor that: as many misbehaviors as the earlier run judged
         types = len(set(kinds.values()))
         if not types:
             types = 1

@@ -101,3 +101,17 @@ def test_a_prefix_without_valid_judgments_and_an_empty_plan_are_not_counted(tmp_
     assert d.prefixes == 0 and "0 held-out prefixes" in d.line() and "none short of 100%" in d.line()
     with pytest.raises(ParamsError, match="samples"):
         plan_design(load(REPO / "params" / "demo.yaml", {"misbehavior_rate.samples": 0}), run)
+
+
+def test_an_earlier_run_without_usable_rates_is_named_and_its_held_out_prefixes_still_count(tmp_path):
+    """Every base continuation of the earlier run failed (the H200 run of 2026-12-05): the prior is used,
+    and the line says why instead of "no earlier run measured"; the earlier run's held-out prefixes still
+    give the count a run that has not sampled its own yet will take."""
+    earlier = tmp_path / "earlier"
+    _judged(earlier, {"p1": ("a", [None, None]), "p2": ("b", [None])})
+    _heldout(earlier, {"a": 12, "b": 3})
+    p = load(REPO / "params" / "demo.yaml", {"misbehavior_rate.per_misbehavior": 10})
+    d = plan_design(p, tmp_path / "fresh", rates_from=earlier)
+    assert d.base_rates == PRIOR and d.prefixes == 13  # 10 + 3
+    assert f"{earlier} has 0 held-out prefix(es) with a valid judgment" in d.line()
+    assert "no earlier run measured" not in d.line() and "counted as 1" not in d.line()
