@@ -261,16 +261,32 @@ def _run_items(stage: Stage, items: list[Item], progress: bool) -> dict[str, Any
         "done": len({stage.key(r) for r in records} & set(keys)), "stopped": stopped,
     }
     summary["complete"] = summary["done"] == summary["planned"] and not stopped
-    failed = [r for r in records if stage.key(r) in order and r.get("exit_reason") == "error"]
-    summary["errors"] = len(failed)  # items whose sandbox or model broke (most stages play them again next run)
-    if failed and len(failed) == summary["done"]:  # nothing usable: a broken engine or sandbox, not bad luck
-        first = Counter(_error_line(r) for r in failed).most_common(1)[0][0]
-        why = f"every item failed ({len(failed)}), most often: {first}"
+    ours = [r for r in records if stage.key(r) in order]
+    summary["errors"] = sum(r.get("exit_reason") == "error" for r in ours)  # sandbox or model broke (replayed next run)
+    why = all_failed(ours)
+    if why:  # nothing usable: a broken engine or sandbox, not bad luck
         summary["stopped"] = f"{stopped}; {why}" if stopped else why
         summary["complete"] = False
         log.error("stage %s: %s", stage.name, summary["stopped"])
     summary.update(stage.finalize(records))
     return summary
+
+
+def all_failed(records: list[dict[str, Any]]) -> str:
+    """Why a stage's records are unusable, or "": every item failed, or, in a stage that compares
+    policies, every item of one policy did (its score would be a broken engine's, not the policy's:
+    the H200 run of 2026-12-05 reported a base pass@1 of 0.0 from 16 errored trials of 16)."""
+    by: dict[Any, list[dict[str, Any]]] = {}
+    for r in records:
+        by.setdefault(r.get("policy"), []).append(r)
+    whys = []
+    for policy, rs in by.items():
+        failed = [r for r in rs if r.get("exit_reason") == "error"]
+        if rs and len(failed) == len(rs):
+            first = Counter(_error_line(r) for r in failed).most_common(1)[0][0]
+            who = "every item" if len(by) == 1 else f"every item of policy {policy}"
+            whys.append(f"{who} failed ({len(failed)}), most often: {first}")
+    return "; ".join(whys)
 
 
 def _error_line(record: dict[str, Any]) -> str:

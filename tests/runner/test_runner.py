@@ -100,6 +100,19 @@ def test_a_stage_whose_every_item_failed_is_not_complete_and_says_why(tmp_path):
     assert again["complete"] and again["errors"] == 1 and again["new"] == 3
 
 
+def test_a_policy_whose_every_item_failed_makes_a_comparing_stage_unusable():
+    from mirl.runner.stage import all_failed
+
+    def rec(policy, error=None):
+        return {"policy": policy, "exit_reason": "error" if error else "step_limit", "error": error}
+
+    broken = [rec("base", "LLMError: beginAllocateToPool") for _ in range(3)] + [rec("mirl"), rec("mirl", "x")]
+    assert all_failed(broken) == "every item of policy base failed (3), most often: LLMError: beginAllocateToPool"
+    assert all_failed([rec("base", "e"), rec("base"), rec("mirl", "e"), rec("mirl")]) == ""
+    assert all_failed([{"k": 1, "exit_reason": "error", "error": "boom"}]) == "every item failed (1), most often: boom"
+    assert all_failed([]) == ""
+
+
 def test_duplicate_and_torn_records_are_cleaned_on_resume(tmp_path):
     stage = Squares(tmp_path)
     stage.out.mkdir(parents=True)
