@@ -364,3 +364,46 @@ def test_every_compiled_call_of_an_engine_holds_the_compile_lock(checkpoint):
     finally:
         e.close()
     assert held and all(held)
+
+
+def test_a_key_whose_capture_failed_runs_eagerly_and_is_not_captured_again(monkeypatch):
+    """The CUDA calls of a capture, faked on a CPU: the capture fails at its end (as an invalidated
+    capture does); that step still gives its outputs from a plain run, the pool is given up, and later
+    steps of the key run eagerly instead of failing a capture each time."""
+    import contextlib
+    import types
+
+    from mirl.engines.paged.batch import DeviceBatch
+
+    captures, streams_set = [], []
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    @contextlib.contextmanager
+    def failing_graph(graph, pool=None, capture_error_mode=None):
+        captures.append(pool)
+        yield
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    cuda = torch.cuda
+    monkeypatch.setattr(cuda, "Stream", lambda device=None: Stream())
+    monkeypatch.setattr(cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(cuda, "CUDAGraph", lambda: types.SimpleNamespace(replay=lambda: None))
+    monkeypatch.setattr(cuda, "graph_pool_handle", lambda: ("pool", len(captures)))
+    monkeypatch.setattr(cuda, "graph", failing_graph)
+    monkeypatch.setattr(cuda, "set_stream", streams_set.append)
+    monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", lambda device, pool: None, raising=False)
+    b = types.SimpleNamespace(graphs=True, compiled=True, device=torch.device("cuda", 0), _graphs={}, _pool=None,
+                              _failed_graphs=[], _eager=set(), captured=0, failed_captures=0)
+    b._abandon_pool = types.MethodType(DeviceBatch._abandon_pool, b)
+    runs = []
+    key = ("decode", 8, False)
+    DeviceBatch._run(b, key, lambda: runs.append(1))
+    assert len(runs) == 3  # the warm-up, the capture (which ran nothing on a GPU), the plain run for outputs
+    assert key in b._eager and b.failed_captures == 1 and b._pool is None and len(streams_set) == 1
+    for _ in range(3):
+        DeviceBatch._run(b, key, lambda: runs.append(1))
+    assert len(runs) == 6 and len(captures) == 1 and b.captured == 0

@@ -85,6 +85,7 @@ class DeviceBatch:
         self._graphs: dict[tuple, Any] = {}
         self._pool = None
         self._failed_graphs: list[Any] = []
+        self._eager: set[tuple] = set()  # keys whose capture failed
         self._scratch: dict[int, Any] = {}
         self.captured = self.failed_captures = 0
 
@@ -234,8 +235,10 @@ class DeviceBatch:
     def _run(self, key: tuple, step: Callable[[], None]) -> None:
         """Run `step`, replaying its CUDA graph when there is one (captured on its first run: that run
         goes eagerly, compiling the first time, then the capture, which runs nothing). Compiling and
-        capturing hold the process's `COMPILE_LOCK` (other engines, the learner)."""
-        if not self.graphs:
+        capturing hold the process's `COMPILE_LOCK` (other engines, the learner). A key whose capture
+        failed runs eagerly from then on: slower, but its requests are served and it is not captured
+        again at every step."""
+        if not self.graphs or key in self._eager:
             if self.compiled:
                 with COMPILE_LOCK:
                     step()
@@ -259,11 +262,17 @@ class DeviceBatch:
             try:
                 with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                     step()
-            except BaseException:
+            except BaseException as e:
                 # a capture that failed to end leaves torch's capture stream (one for the process) current
                 torch.cuda.set_stream(before)
                 self._abandon_pool(graph)
-                raise
+                if not isinstance(e, Exception):  # an interrupt: nothing to fall back for
+                    raise
+                self._eager.add(key)
+                log.warning("paged engine: capture of %s failed, it runs eagerly from now on: %s: %s",
+                            key, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
+                step()  # this step's outputs, from a plain run (the capture ran nothing)
+                return
         self._graphs[key] = graph
         self.captured += 1
 
