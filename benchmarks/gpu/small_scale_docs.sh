@@ -22,6 +22,6 @@ for m in "$R"/recipes/*/training_metrics.csv; do
   [ -f "$m" ] && cp "$m" "$D/training_$(basename "$(dirname "$m")").csv"
 done
 # a checkpoint policy is named by its absolute path on the machine that ran it: keep it from the run on
-sed -i -E 's#local//[^,"]*/(runs/[^,"]*)#local/\1#g' "$D"/*.csv
+for f in "$D"/*.csv; do if [ -f "$f" ]; then sed -i -E 's#local//[^,"]*/(runs/[^,"]*)#local/\1#g' "$f"; fi; done
 tar cf - -C "$W" --exclude=checkpoints "runs/$NAME" | xz -T0 -6 > "$D/data/runs.tar.xz"
 ls -la "$D" "$D/data"

@@ -98,10 +98,10 @@ def plan_design(params, run_dir: str | Path, rates_from: str | Path | None = Non
             source = f"{len(rates)} prefixes of {where}"
             break
         if where == rates_from:  # asked for and not usable: say so rather than fall back in silence
-            unusable.append(f"{where} has {len(rates)} held-out prefix(es) with a valid judgment of the base policy")
+            unusable = [f"{where} has {len(rates)} held-out prefix(es) with a valid judgment of the base policy"]
         rates, kinds = {}, {}
     if unusable:
-        source = f"a prior spread of 0.25-0.95 ({'; '.join(unusable)})"
+        source = (f"{source}; {unusable[0]}" if rates else f"a prior spread of 0.25-0.95 ({unusable[0]})")
     planned = _planned_prefixes(Path(run_dir), s.per_misbehavior)
     if planned is None and rates_from:  # before the prefix stage: what the earlier run held out
         planned = _planned_prefixes(Path(rates_from), s.per_misbehavior)

@@ -41,6 +41,16 @@ class TrainEngine(Protocol):
     def load(self, directory: Path) -> None: ...
 
 
+def in_samplers_precision(config: LearnerConfig, generator: Any) -> LearnerConfig:
+    """`config` with bf16 off where the sampler's weights are float32 and `bf16` was left to the device:
+    a float32 sampler's logprobs are matched to ~1e-6 in float32, to ~0.015 under bf16."""
+    import torch
+
+    if config.bf16 is None and next(generator.model.parameters()).dtype == torch.float32:
+        return dataclasses.replace(config, bf16=False)
+    return config
+
+
 class EmbeddedEngine:
     """A generator and a learner in one process (see the module docstring)."""
 
@@ -53,12 +63,8 @@ class EmbeddedEngine:
         self.generator = generator
         self.tokenizer = generator.tokenizer
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        sampler_dtype = next(generator.model.parameters()).dtype
-        if config.bf16 is None and sampler_dtype == torch.float32:
-            # a float32 sampler's logprobs are matched to ~1e-6 in float32, to ~0.015 under bf16 autocast
-            config = dataclasses.replace(config, bf16=False)
         model = copy.deepcopy(generator.model).to(device=device, dtype=torch.float32)
-        self.learner = Learner(model, config)
+        self.learner = Learner(model, in_samplers_precision(config, generator))
 
     def generate_tokens(self, prompt_ids, sample_indices, **sampling):
         return self.generator.generate_tokens(prompt_ids, sample_indices, **sampling)

@@ -128,8 +128,9 @@ class TrainingParams:
     gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward to save memory"})
     device: str = field(default="", metadata={"help": "learner device (cpu, cuda); empty: cuda when available"})
     compile_learner: bool | None = field(default=None, metadata={
-        "help": "torch.compile the learner's decoder layers; empty: on a GPU. Pays off for large models; for a "
-                "135M one its compiles (32 s, then 15 s at each recompile on the H200) cost more than they save"})
+        "help": "torch.compile the embedded learner's decoder layers (engine: embedded); null: on a GPU. Pays off "
+                "for large models; for a 135M one its compiles (32 s, then 15 s at each recompile on the H200) cost "
+                "more than they save"})
     checkpoint_every: int = field(default=10, metadata={"help": "save a checkpoint every K steps (and at the end)"})
     keep_checkpoints: int = field(default=0, metadata={"help": "keep only the newest N checkpoints besides the selected ones; 0 = all"})
     select_top: int = field(default=5, metadata={"help": "checkpoint selection: top N by smoothed training reward (paper: 5)"})

@@ -114,7 +114,7 @@ class TrainingStage(EpisodeInputs, Stage):
         t = asdict(self.params.training)
         # what only extends a run (more steps), its speed or its bookkeeping stays out
         for k in ("steps", "workers", "budget_usd", "gpu_budget_hours", "keep_checkpoints", "select_top", "smoothing",
-                  "device", "validation_tasks", "validation_ids", "validation_seeds", "engine", "scale"):
+                  "device", "compile_learner", "validation_tasks", "validation_ids", "validation_seeds", "engine", "scale"):
             t.pop(k)
         llm = self.llm_config()
         roles = {"policy": role_fingerprint(llm, "policy")}
@@ -328,8 +328,9 @@ def resume_point(stage: TrainingStage, engine: EmbeddedEngine) -> tuple[int, int
 
 
 class LiveRate:
-    """The share of drawn groups that were live so far in this run, Laplace-smoothed ((live + 1) /
-    (tried + 2)): what a wave's size is planned from."""
+    """The share of drawn groups that were live so far in this run, as (live + 1) / (tried + 1): one live
+    group assumed, so a fresh run's first wave is the batch itself and a run whose groups are all live
+    never draws more than it needs. What a wave's size is planned from."""
 
     def __init__(self, live: int = 0, tried: int = 0):
         self.live, self.tried = live, tried
@@ -342,7 +343,7 @@ class LiveRate:
 
     @property
     def rate(self) -> float:
-        return (self.live + 1) / (self.tried + 2)
+        return (self.live + 1) / (self.tried + 1)
 
     def wave(self, missing: int, left: int) -> int:
         """Groups to draw for `missing` live ones: as many as the rate says it takes, at most `left`."""
@@ -511,10 +512,12 @@ def train(stage: TrainingStage, digest: str, misbehaviors: dict[str, Any], pool:
                 learn = engine.train_step(examples, advantages) if examples else {"skipped": 1}
                 seconds["sync_s"] = engine.update_weights() if examples else 0.0
                 seconds["step_s"] = time.perf_counter() - ts
+                batch = {id(g) for g in live}
                 for d, g in tried:  # live: the rewards differ (a surplus group's too); trained: in the batch
-                    for r in g.rollouts:
-                        a, ok = per.get(id(r), (0.0, False))
-                        rollouts.append({"step": step, "draw": d, "live": not is_dead(g), "advantage": a,
+                    dead = is_dead(g)
+                    for r in g.rollouts:  # a surplus group's advantages were never computed: None
+                        a, ok = per.get(id(r), (0.0 if dead or id(g) in batch else None, False))
+                        rollouts.append({"step": step, "draw": d, "live": not dead, "advantage": a,
                                          "trained": ok, **r.to_dict()})
                 row = step_metrics(step, live, tried, learn, seconds, ledger.spent(STAGE) - spent0)
                 row.update(draws=draws, time=round(time.time(), 3))

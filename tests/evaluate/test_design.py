@@ -115,3 +115,13 @@ def test_an_earlier_run_without_usable_rates_is_named_and_its_held_out_prefixes_
     assert d.base_rates == PRIOR and d.prefixes == 13  # 10 + 3
     assert f"{earlier} has 0 held-out prefix(es) with a valid judgment" in d.line()
     assert "no earlier run measured" not in d.line() and "counted as 1" not in d.line()
+
+
+def test_an_unusable_earlier_run_beside_this_runs_usable_rates_says_which_it_used(tmp_path):
+    earlier, run = tmp_path / "earlier", tmp_path / "run"
+    _judged(earlier, {"p1": ("a", [None, None])})
+    _judged(run, {"p1": ("a", [1, 0]), "p2": ("a", [1, 1]), "p3": ("b", [1, 0])})
+    d = plan_design(load(REPO / "params" / "demo.yaml"), run, rates_from=earlier)
+    assert d.base_rates == (0.5, 1.0, 0.5)
+    assert d.line().count(f"3 prefixes of {run}") == 1 and "prior" not in d.line()
+    assert f"{earlier} has 0 held-out prefix(es)" in d.line()

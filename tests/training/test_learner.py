@@ -230,3 +230,21 @@ def test_a_compiling_learner_waits_for_the_process_compile_lock(tiny):
         t.start()
         t.join(30)
         assert plain.steps == 1
+
+
+def test_the_training_params_choose_whether_the_learner_compiles():
+    from mirl.params import load
+    from mirl.training.stage import make_engine
+
+    class Gen:
+        def __init__(self):
+            from transformers import LlamaConfig, LlamaForCausalLM
+
+            self.model = LlamaForCausalLM(LlamaConfig(vocab_size=97, hidden_size=16, intermediate_size=32,
+                                                      num_hidden_layers=1, num_attention_heads=2,
+                                                      num_key_value_heads=1))
+            self.tokenizer = None
+
+    for value, want in (("true", True), ("false", False), ("null", None)):
+        t = load(None, [f"training.compile_learner={value}", "training.device=cpu"]).training
+        assert make_engine(Gen(), t).learner.config.compile_layers is want

@@ -78,6 +78,7 @@ def test_the_scale_engine_hands_its_step_to_the_generator_and_the_workers(checkp
     t = make(training={"engine": "scale", "lr": 5e-2, "scale": {"zero_stage": 2}}).training
     engine = make_engine(gen, t)
     assert isinstance(engine, ScaleEngine) and engine.learner.stage == 2
+    assert engine.learner.config.bf16 is False and not engine.learner.bf16  # a float32 sampler: a float32 learner
     engine.pool = pool = RecordingPool()
     rng = random.Random(0)
     vocab = gen.model.config.vocab_size

@@ -110,24 +110,26 @@ def test_dead_groups_are_refilled_in_waves_sized_by_the_live_rate_until_the_batc
     fake = FakePlayer(table)
     history = LiveRate()
     live, tried, draws = collect(fake, Starts([Start(env="e")], 0), 0, t, history)
-    assert fake.asked == [[0, 1, 2, 3]]  # no history: a live rate of 1/2, so twice the two missing, in one wave
+    # no history: the two missing; then 1 live of 2 makes the rate (1 + 1) / (2 + 1), so 2 for the 1 missing
+    assert fake.asked == [[0, 1], [2, 3]]
     assert [g.rewards for g in live] == [(1, 0), (0, 1)] and len(tried) == 4 and draws == 4
     assert (history.live, history.tried) == (2, 4)
     row = step_metrics(1, live, tried, {}, {}, 0.0)
     assert row["dead_share"] == 0.5 and row["groups_live"] == 2 and row["rollouts"] == 8
-    # the next step starts from what this one saw: (2 + 1) / (4 + 2) live, so again 4 for 2
+    # the next step starts from what this one saw: (2 + 1) / (4 + 1) live, so 4 for 2, in one wave
     live, tried, draws = collect(fake, Starts([Start(env="e")], 0), draws, t, history)
-    assert fake.asked[1:] == [[4, 5, 6, 7]] and [g.rewards for g in live] == [(1, 0), (1, 0)]
+    assert fake.asked[2:] == [[4, 5, 6, 7]] and [g.rewards for g in live] == [(1, 0), (1, 0)]
 
 
 def test_a_low_live_rate_draws_a_large_wave_and_surplus_live_groups_are_not_trained():
-    assert LiveRate(live=1, tried=20).wave(missing=2, left=8) == 8  # 2 / (2/22) = 22, capped by the tries left
-    assert LiveRate(live=9, tried=10).wave(missing=3, left=8) == 4
+    assert LiveRate(live=1, tried=20).wave(missing=2, left=8) == 8  # 2 / (2/21) = 21, capped by the tries left
+    assert LiveRate(live=8, tried=10).wave(missing=3, left=8) == 4  # 3 / (9/11)
+    assert LiveRate(live=30, tried=30).wave(missing=4, left=8) == 4  # all live so far: no surplus drawn
     assert LiveRate.of_rows([{"groups_live": 2, "groups_surplus": 1, "groups_tried": 6},
-                             {"groups_live": 0, "groups_tried": 6}]).rate == (3 + 1) / (12 + 2)
+                             {"groups_live": 0, "groups_tried": 6}]).rate == (3 + 1) / (12 + 1)
     table = {0: [1, 0], 1: [0, 1], 2: [0, 0], 3: [1, 0]}
     t = TrainingParams(batch_size=2, group_size=2, max_tries=8)
-    live, tried, _ = collect(FakePlayer(table), Starts([Start(env="e")], 0), 0, t, LiveRate())
+    live, tried, _ = collect(FakePlayer(table), Starts([Start(env="e")], 0), 0, t, LiveRate(live=1, tried=3))
     assert [g.rewards for g in live] == [(1, 0), (0, 1)] and len(tried) == 4  # 3 is live but past the batch
     row = step_metrics(1, live, tried, {}, {}, 0.0)
     assert (row["groups_live"], row["groups_surplus"], row["dead_share"]) == (2, 1, 0.25)

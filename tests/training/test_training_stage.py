@@ -127,7 +127,7 @@ def check_training(run, task, profiled, bwrap_sandbox, engine, base):
     # equal: likely with a 135M policy and the behavior reward) logs share 1 and trains on nothing
     for m in metrics:
         assert m["groups_live"] == 1 or m["groups_tried"] == 24
-        assert m["dead_share"] == round(1 - m["groups_live"] / m["groups_tried"], 4)
+        assert m["dead_share"] == round(1 - (m["groups_live"] + m["groups_surplus"]) / m["groups_tried"], 4)
         assert (m.get("loss_tokens", 0) > 0) == (m["groups_live"] > 0)
     trained_steps = [m for m in metrics if m["groups_live"]]
     assert trained_steps == metrics, "a step found no live group in 24 tries (each group is live with chance 31/32)"
@@ -145,7 +145,16 @@ def check_training(run, task, profiled, bwrap_sandbox, engine, base):
 
     rollouts = read_jsonl(run.file("training", "rollouts.jsonl"))[0]
     trained = [r for r in rollouts if r["trained"]]
-    assert trained and all(r["reward"]["valid"] for r in trained)
+    assert trained and all(r["reward"]["valid"] and r["live"] for r in trained)
+    for m in metrics:  # a live group is in the batch (advantages) or surplus (played, never scored)
+        draws = {}
+        for r in rollouts:
+            if r["step"] == m["step"]:
+                draws.setdefault(r["draw"], []).append(r)
+        live = [rs for rs in draws.values() if rs[0]["live"]]
+        assert len(live) == m["groups_live"] + m["groups_surplus"] and len(draws) == m["groups_tried"]
+        assert sum(any(r["trained"] for r in rs) for rs in live) == m["groups_live"]
+        assert all(r["advantage"] is None for rs in live if not any(r["trained"] for r in rs) for r in rs)
     for r in trained:
         traj = Trajectory.from_dict(r["trajectory"])
         k = traj.prefix_len

@@ -237,7 +237,8 @@ class DeviceBatch:
         goes eagerly, compiling the first time, then the capture, which runs nothing). Compiling and
         capturing hold the process's `COMPILE_LOCK` (other engines, the learner). A key whose capture
         failed runs eagerly from then on: slower, but its requests are served and it is not captured
-        again at every step."""
+        again at every step. The warm-up's outputs are the step's either way: a decode step advances
+        the rows' positions and feeds its token back, so it runs exactly once."""
         if not self.graphs or key in self._eager:
             if self.compiled:
                 with COMPILE_LOCK:
@@ -271,8 +272,7 @@ class DeviceBatch:
                 self._eager.add(key)
                 log.warning("paged engine: capture of %s failed, it runs eagerly from now on: %s: %s",
                             key, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
-                step()  # this step's outputs, from a plain run (the capture ran nothing)
-                return
+                return  # this step's outputs are the warm-up's (a capture runs nothing; a step must not run twice)
         self._graphs[key] = graph
         self.captured += 1
 

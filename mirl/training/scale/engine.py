@@ -12,7 +12,7 @@ import copy
 import time
 from typing import Any
 
-from mirl.training.engine import EmbeddedEngine
+from mirl.training.engine import EmbeddedEngine, in_samplers_precision
 from mirl.training.learner import LearnerConfig
 
 
@@ -29,7 +29,7 @@ class ScaleEngine(EmbeddedEngine):
             raise TypeError(f"{type(generator).__name__} holds no torch model for the learner to start from")
         self.generator, self.tokenizer, self.pool = generator, generator.tokenizer, pool
         model = copy.deepcopy(generator.model).to(device="cpu", dtype=torch.float32)
-        self.learner = ZeroLearner(model, config, stage=zero_stage)
+        self.learner = ZeroLearner(model, in_samplers_precision(config, generator), stage=zero_stage)
 
     def update_weights(self) -> float:
         t0 = time.perf_counter()

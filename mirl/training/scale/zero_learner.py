@@ -108,7 +108,9 @@ class ZeroLearner(Learner):
         if torch.cuda.is_available():
             model = model.to(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
         self.stage = stage
-        self.bf16 = torch.cuda.is_available() if bf16 is None else bf16
+        if bf16 is None:  # the config's (the sampler's precision, `in_samplers_precision`), else the device's
+            bf16 = torch.cuda.is_available() if c.bf16 is None else c.bf16
+        self.bf16 = bf16
         if c.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
