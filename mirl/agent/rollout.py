@@ -78,12 +78,13 @@ class RolloutResult:
     planned: int  # pairs asked for
     skipped: int  # already finished before this run
     new: list[Trajectory] = field(default_factory=list)
+    stopped: str | None = None  # why the run is not complete (a budget, every episode failed), else None
 
     def summary(self) -> dict[str, Any]:
         rewards = [t.reward for t in self.new if t.reward is not None]
         return {"path": str(self.path), "planned": self.planned, "skipped": self.skipped, "played": len(self.new),
                 "exit_reasons": dict(Counter(t.exit_reason for t in self.new)),
-                "mean_reward": round(sum(rewards) / len(rewards), 4) if rewards else None}
+                "mean_reward": round(sum(rewards) / len(rewards), 4) if rewards else None, "stopped": self.stopped}
 
 
 def load_tasks(config: RolloutConfig) -> list[Task]:
@@ -167,6 +168,9 @@ class RolloutStage(Stage):
 
     def redo(self, record: dict[str, Any]) -> bool:
         return self.config.retry_errors and record.get("exit_reason") == "error"
+
+    def replay_hint(self) -> str:
+        return "" if self.config.retry_errors else "run again with --retry-errors to play them again"
 
     def resources(self):
         """The model and sandbox of this process (built once: loading a model is costly)."""
@@ -259,4 +263,4 @@ def run_rollouts(
         raise RolloutError(str(e)) from None
     (Path(config.out) / "rollout_config.json").write_text(json.dumps(asdict(config), indent=2, default=str))
     return RolloutResult(path=stage.records_path, planned=summary["planned"], skipped=summary["skipped"],
-                         new=stage.new)
+                         new=stage.new, stopped=summary.get("stopped"))

@@ -86,6 +86,9 @@ def _rollout(args) -> int:
     s = result.summary()
     print(f"{s['played']} episode(s) played, {s['skipped']} already done of {s['planned']}; "
           f"exit reasons {s['exit_reasons']}; mean reward {s['mean_reward']}; -> {s['path']}")
+    if s["stopped"]:
+        print(f"mirl rollout: not complete: {s['stopped']}", file=sys.stderr)
+        return 1
     return 0
 
 

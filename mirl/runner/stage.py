@@ -89,6 +89,10 @@ class Stage:
         """True for a stored record whose item should run again (e.g. an infrastructure error)."""
         return False
 
+    def replay_hint(self) -> str:
+        """How to play errored items again, said when every item failed ("": a new run replays them)."""
+        return ""
+
     def progress(self, record: dict[str, Any]) -> dict[str, Any]:
         """Fields for the progress bar after `record` was written."""
         return {}
@@ -264,6 +268,8 @@ def _run_items(stage: Stage, items: list[Item], progress: bool) -> dict[str, Any
     ours = [r for r in records if stage.key(r) in order]
     summary["errors"] = sum(r.get("exit_reason") == "error" for r in ours)  # sandbox or model broke (replayed next run)
     why = all_failed(ours)
+    if why and stage.replay_hint():
+        why = f"{why} ({stage.replay_hint()})"
     if why:  # nothing usable: a broken engine or sandbox, not bad luck
         summary["stopped"] = f"{stopped}; {why}" if stopped else why
         summary["complete"] = False

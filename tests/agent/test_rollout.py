@@ -76,6 +76,8 @@ def test_retry_errors_replaces_error_records(tmp_path):
     tasks = _tasks(tmp_path, 2)
     first = run_rollouts(cfg, tasks=tasks, model=Flaky(True), sandbox=FakeSandbox())
     assert {t.exit_reason for t in first.new} == {"error"}
+    # every episode failed: said, with how to play them again
+    assert first.stopped.startswith("every item failed (2)") and "--retry-errors" in first.summary()["stopped"]
     assert run_rollouts(cfg, tasks=tasks, model=Flaky(False), sandbox=FakeSandbox()).new == []  # errors count as done
     cfg.retry_errors = True
     retried = run_rollouts(cfg, tasks=tasks, model=Flaky(False), sandbox=FakeSandbox())
