@@ -19,13 +19,13 @@ Finalize, under `runs/<run>/misbehavior_rate/`:
     continuations.jsonl  one record per item: the steps played after the prefix and every judgment
     judgments.csv        one row per (policy, prefix, sample, judge): repeated yes/no/None
     rates.csv            `mirl.evaluate.stats.rates.misbehavior_rates` per (policy, misbehavior, judge),
-                         and per (policy, judge) over all misbehaviors (misbehavior "all")
+                         and per (policy, judge) the mean rate over the misbehaviors (misbehavior "all")
     agreement.csv        `mirl.evaluate.stats.agreement.judge_agreement` per misbehavior and over all
     reductions.csv       each policy's relative reduction against the first policy's rate, per (judge,
-                         misbehavior and "all"), with its paired prefix-bootstrap interval
+                         misbehavior and "all": the mean rate), with its paired prefix-bootstrap interval
                          (`mirl.evaluate.stats.power.reduction_table`)
     success.csv          with `verify`: the share of continuations whose tests passed (task success from
-                         the prefix) per (policy, misbehavior and "all"), prefix-bootstrap intervals
+                         the prefix) per (policy, misbehavior and "all": their mean), prefix-bootstrap intervals
 """
 
 from __future__ import annotations
@@ -324,8 +324,7 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
         atomic_write(self.out / AGREEMENT, agreement.to_csv(index=False))
         s = self.params.misbehavior_rate
         reference = next(iter(self.policies()))
-        pooled = rows + [{**r, "misbehavior": "all"} for r in rows]
-        atomic_write(self.out / REDUCTIONS, reduction_table(pooled, reference, s.n_boot, s.seed).to_csv(index=False))
+        atomic_write(self.out / REDUCTIONS, reduction_table(rows, reference, s.n_boot, s.seed).to_csv(index=False))
         if s.verify:
             atomic_write(self.out / SUCCESS, success_table(current, s.n_boot, s.seed).to_csv(index=False))
         overall = rates[rates["misbehavior"] == "all"]
@@ -359,12 +358,12 @@ def success_table(records: list[dict[str, Any]], n_boot: int = 2000, seed: int =
     `judge` column says `tests`; `n_failed` counts continuations without a reward)."""
     from mirl.evaluate.stats.rates import COLUMNS, misbehavior_rates
 
-    rows = [{"policy": r["policy"], "misbehavior": m, "prefix_id": r["prefix_id"], "judge": "tests",
+    rows = [{"policy": r["policy"], "misbehavior": r["misbehavior"], "prefix_id": r["prefix_id"], "judge": "tests",
              "repeated": None if r.get("reward") is None else bool(r["reward"] >= 1.0)}
-            for r in records if r.get("valid", True) for m in (r["misbehavior"], "all")]
+            for r in records if r.get("valid", True)]
     if not rows:
         return pd.DataFrame(columns=COLUMNS).rename(columns={"rate": "success"})
-    return misbehavior_rates(rows, n_boot=n_boot, seed=seed).rename(columns={"rate": "success"})
+    return misbehavior_rates(rows, n_boot=n_boot, seed=seed, overall=True).rename(columns={"rate": "success"})
 
 
 def rate_tables(rows: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -376,8 +375,7 @@ def rate_tables(rows: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -
         return (pd.DataFrame(columns=COLUMNS),
                 pd.DataFrame(columns=["misbehavior", "judge_a", "judge_b", "n_items", "n_excluded", "agreement", "kappa"]))
     pooled = [{**r, "misbehavior": "all"} for r in rows]
-    rates = pd.concat([misbehavior_rates(rows, n_boot=n_boot, seed=seed),
-                       misbehavior_rates(pooled, n_boot=n_boot, seed=seed)], ignore_index=True)
+    rates = misbehavior_rates(rows, n_boot=n_boot, seed=seed, overall=True)
     agreement = pd.concat([judge_agreement(rows, by=("misbehavior",)), judge_agreement(pooled, by=("misbehavior",))],
                           ignore_index=True)
     return rates, agreement

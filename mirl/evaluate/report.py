@@ -74,7 +74,15 @@ def _bars(ax, table: pd.DataFrame, x: str, hue: str, y: str, low: str | None, hi
         if err is not None:
             yerr = part[err].astype(float).fillna(0).to_numpy()
         elif low is not None and high is not None:
-            lo = (values - part[low].astype(float)).clip(lower=0).fillna(0).to_numpy()
+            lows = part[low].astype(float)
+            unbounded = np.isneginf(lows.to_numpy())  # a reduction's interval where the base rate was 0 in a draw
+            if unbounded.any():
+                finite = np.concatenate([lows[~unbounded].dropna().to_numpy(), values[~np.isnan(values)], [-1.0]])
+                floor = float(finite.min()) - 0.25
+                lows = lows.where(~unbounded, floor)
+                for xpos in pos[unbounded]:
+                    ax.text(xpos, floor, "-inf", ha="center", va="top", fontsize=7, color="0.35")
+            lo = (values - lows).clip(lower=0).fillna(0).to_numpy()
             hi = (part[high].astype(float) - values).clip(lower=0).fillna(0).to_numpy()
             yerr = np.vstack([lo, hi])
         else:
@@ -160,7 +168,8 @@ def reduction_table(reductions: pd.DataFrame, labels: dict[str, str] | None = No
         if pd.isna(r["reduction"]):
             why = "reference rate 0" if r["base_rate"] == 0 else f"{int(r['prefixes'])} shared prefixes"
             return f"n/a ({why})"
-        ci = "" if pd.isna(r["ci_low"]) else f" [{r['ci_low']:.0%}, {r['ci_high']:.0%}]"
+        low = "-inf" if r["ci_low"] == -np.inf else f"{r['ci_low']:.0%}"
+        ci = "" if pd.isna(r["ci_low"]) else f" [{low}, {r['ci_high']:.0%}]"
         return f"{r['reduction']:.0%}{ci} ({int(r['prefixes'])} prefixes)"
 
     df["cell"] = df.apply(cell, axis=1)

@@ -216,8 +216,9 @@ def test_success_counts_passed_tests_per_prefix_and_leaves_out_the_invalid():
                for i, r in enumerate([1.0, 0.0, 1.0, 1.0, None, 0.5])]
     records.append({"policy": "p", "misbehavior": "m", "prefix_id": "x9", "reward": 1.0, "valid": False})
     table = success_table(records, n_boot=200).set_index("misbehavior")
-    assert table.loc["all", "success"] == 3 / 5 and table.loc["all", "n_failed"] == 1
-    assert table.loc["all", "n_prefixes"] == 3 and table.loc["m", "success"] == 3 / 5
+    # x0 1 of 2, x1 2 of 2, x2 0 of 1 (one reward missing): each prefix alike, (1/2 + 1 + 0) / 3
+    assert table.loc["all", "success"] == 0.5 and table.loc["all", "n_failed"] == 1
+    assert table.loc["all", "n_prefixes"] == 3 and table.loc["m", "success"] == 0.5 and table.loc["m", "n_samples"] == 5
 
 
 def test_a_further_judge_takes_its_own_settings_over_the_behavior_judges(tmp_path):

@@ -3,6 +3,7 @@ written as PNG and PDF, the seed curve only for policies with at least 4 runs.""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from mirl import plotstyle
@@ -95,6 +96,12 @@ def test_reduction_and_success_figures_draw_intervals_and_say_when_empty():
     assert report.reduction_figure(reductions.iloc[:0]).axes[0].texts
     unknown = reductions.assign(reduction=[0.5, float("nan"), 0.2, 0.1])
     assert [t.get_text() for t in report.reduction_figure(unknown).axes[0].texts] == ["n/a"]
+    # a rare misbehavior: some bootstrap draws had a base rate of 0, so the interval is unbounded below
+    rare = reductions.assign(ci_low=[0.3, float("-inf"), 0.0, -0.1])
+    fig = report.reduction_figure(rare)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["-inf"] and np.isfinite(fig.axes[0].get_ylim()).all()
+    assert fig.axes[0].get_ylim()[0] < -1.0
+    assert report.reduction_table(rare).loc["all", ("tmax", "rules")] == "10% [-inf, 30%] (10 prefixes)"
     success = pd.DataFrame([{"policy": "base", "misbehavior": "all", "judge": "tests", "n_prefixes": 3,
                              "n_samples": 12, "n_failed": 0, "success": 0.25, "se": 0.1, "ci_low": 0.1, "ci_high": 0.4}])
     assert report.success_table(success).loc["all", ("base", "tests")] == "0.25 [0.10, 0.40] (n=12)"

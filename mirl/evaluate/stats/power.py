@@ -3,12 +3,14 @@
 The design (as the misbehavior-rate stage runs it): every policy continues the same K held-out
 prefixes n times each, and a prefix is the unit that was sampled (its n continuations are
 correlated). Policies are compared on the same prefixes, so the comparison is paired by prefix:
-the difference of two pooled rates is the mean over prefixes of each prefix's difference, whose
+a rate is the mean over prefixes of each prefix's share of repeats (`mirl.evaluate.stats.rates`),
+and the difference of two rates is the mean over prefixes of each prefix's difference, whose
 variance is the spread of those differences between prefixes over K.
 
-- `reduction_interval`: the relative reduction 1 - rate(policy) / rate(base) with a paired
-  percentile bootstrap over the prefixes both policies were measured on; `reduction_table` gives it
-  for every policy against a reference one, per (judge, misbehavior).
+- `stratified_reduction` (`reduction_interval` for one misbehavior): the relative reduction
+  1 - rate(policy) / rate(base) with a paired percentile bootstrap over the prefixes both policies
+  were measured on, drawn within each misbehavior; `reduction_table` gives it for every policy
+  against a reference one, per (judge, misbehavior) and for the mean rate over misbehaviors ("all").
 - `detectable_reduction`: the smallest relative reduction r that this design detects (the
   interval excludes 0) with probability `power` at level `alpha`, for per-prefix base rates taken
   from an earlier run (or a stated prior), assuming the treated rate of prefix k is (1 - r) p_k:
@@ -25,74 +27,110 @@ import numpy as np
 
 
 def _paired(base: Mapping[str, Sequence[float]], policy: Mapping[str, Sequence[float]]):
-    keys = sorted(set(base) & set(policy))
-    if len(keys) < 2:
-        raise ValueError(f"a paired comparison needs at least two prefixes measured under both policies, got {len(keys)}")
-    b = [np.asarray(base[k], dtype=float) for k in keys]
-    p = [np.asarray(policy[k], dtype=float) for k in keys]
-    return keys, b, p
+    keys = sorted(set(base) & set(policy), key=repr)  # ids as given: 1 and "1" are two prefixes
+    b = np.array([np.mean(np.asarray(base[k], dtype=float)) for k in keys])
+    p = np.array([np.mean(np.asarray(policy[k], dtype=float)) for k in keys])
+    nb = sum(len(base[k]) for k in keys)
+    n_p = sum(len(policy[k]) for k in keys)
+    return keys, b, p, nb, n_p
 
 
 def reduction_interval(base: Mapping[str, Sequence[float]], policy: Mapping[str, Sequence[float]],
                        n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> dict[str, float]:
     """`base` and `policy`: prefix id -> the 0/1 judgments (repeated or not) of its continuations.
-    The reduction of the pooled rate, and its interval from resampling the shared prefixes."""
-    keys, b, p = _paired(base, policy)
-    b_sum, b_n = np.array([x.sum() for x in b]), np.array([len(x) for x in b], dtype=float)
-    p_sum, p_n = np.array([x.sum() for x in p]), np.array([len(x) for x in p], dtype=float)
+    The reduction of the rate (the mean per-prefix share), and its interval from resampling the
+    shared prefixes: `stratified_reduction` with one misbehavior."""
+    return stratified_reduction({"": base}, {"": policy}, n_boot, seed, level)
 
-    def reduction(idx) -> np.ndarray:
-        rb = b_sum[idx].sum(-1) / b_n[idx].sum(-1)
-        rp = p_sum[idx].sum(-1) / p_n[idx].sum(-1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return 1.0 - rp / rb
 
-    point = float(reduction(np.arange(len(keys))))
+def stratified_reduction(base: Mapping[str, Mapping[str, Sequence[float]]],
+                         policy: Mapping[str, Mapping[str, Sequence[float]]],
+                         n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> dict[str, float]:
+    """misbehavior -> prefix id -> 0/1 judgments, for the base and a trained policy. The relative
+    reduction 1 - rate(policy) / rate(base) of the mean rate over the misbehaviors both were measured
+    on (each misbehavior's rate the mean of its shared prefixes' shares), with a paired percentile
+    bootstrap: each misbehavior's shared prefixes drawn with replacement, the same draw for both
+    policies. A draw whose base rate is 0 counts (as -inf where the policy repeated anything there, as
+    0 where neither did): dropping it would drop the draws least kind to the trained policy.
+    `boot_base_zero` is the share of such draws."""
+    strata, nb, n_p = [], 0, 0
+    for m in sorted(set(base) & set(policy)):
+        keys, b, p, sb, sp = _paired(base[m], policy[m])
+        if keys:
+            strata.append((b, p))
+            nb, n_p = nb + sb, n_p + sp
+    k = sum(len(b) for b, _ in strata)
+    if k < 2:
+        raise ValueError(f"a paired comparison needs at least two prefixes measured under both policies, got {k}")
+    rb = float(np.mean([b.mean() for b, _ in strata]))
+    rp = float(np.mean([p.mean() for _, p in strata]))
     rng = np.random.default_rng(seed)
-    draws = reduction(rng.integers(0, len(keys), size=(n_boot, len(keys))))
-    draws = draws[np.isfinite(draws)]
+    db, dp = np.zeros(n_boot), np.zeros(n_boot)
+    for b, p in strata:
+        idx = rng.integers(0, len(b), size=(n_boot, len(b)))
+        db += b[idx].mean(axis=1)
+        dp += p[idx].mean(axis=1)
+    db, dp = db / len(strata), dp / len(strata)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        draws = np.where(db > 0, 1.0 - dp / db, np.where(dp > 0, -np.inf, 0.0))
     tail = (1 - level) / 2
-    low, high = (np.quantile(draws, [tail, 1 - tail]) if len(draws) else (math.nan, math.nan))
-    return {"reduction": point, "ci_low": float(low), "ci_high": float(high), "prefixes": len(keys),
-            "base_rate": float(b_sum.sum() / b_n.sum()), "rate": float(p_sum.sum() / p_n.sum())}
+    low, high = np.quantile(draws, [tail, 1 - tail], method="inverted_cdf")
+    return {"reduction": 1.0 - rp / rb if rb > 0 else math.nan, "ci_low": float(low), "ci_high": float(high),
+            "prefixes": k, "base_rate": rb, "rate": rp, "samples_base": nb, "samples": n_p,
+            "boot_base_zero": float(np.mean(db <= 0))}
 
 
-REDUCTION_COLUMNS = ["judge", "misbehavior", "reference", "policy", "prefixes", "base_rate", "rate", "reduction",
-                     "ci_low", "ci_high"]
+REDUCTION_COLUMNS = ["judge", "misbehavior", "reference", "policy", "prefixes", "samples_base", "samples", "base_rate",
+                     "rate", "reduction", "ci_low", "ci_high", "boot_base_zero"]
 
 
 def reduction_table(samples, reference: str, n_boot: int = 2000, seed: int = 0, level: float = 0.95):
-    """Judged samples (policy, misbehavior, prefix_id, judge, repeated; misbehavior "all" pools them, as
-    the rates do) -> one row per (judge, misbehavior, policy other than `reference`): the reduction of
-    its rate against the reference's on their shared prefixes, with the paired bootstrap interval.
-    Fewer than two shared prefixes, or a reference rate of 0, give NaN; failed judgments are left out."""
+    """Judged samples (policy, misbehavior, prefix_id, judge, repeated) -> one row per (judge, misbehavior,
+    policy other than `reference`), and per (judge, policy) one of misbehavior "all" (the mean rate over
+    the misbehaviors both were measured on, `stratified_reduction`): the reduction of its rate against
+    the reference's on their shared prefixes, with the paired bootstrap interval. Fewer than two shared
+    prefixes, or a reference rate of 0, give NaN; failed judgments are left out."""
     import pandas as pd
 
+    from mirl.evaluate.stats.rates import ALL
     from mirl.evaluate.stats.tables import samples_frame
 
     samples = list(samples)
     if not samples:
         return pd.DataFrame(columns=REDUCTION_COLUMNS)
     df = samples_frame(samples)
+    if (df["misbehavior"] == ALL).any():
+        raise ValueError(f"misbehavior {ALL!r} is the mean over the misbehaviors: the samples name their own")
     df = df[df["repeated"].notna()]
     rows = []
-    for (judge, misbehavior), group in df.groupby(["judge", "misbehavior"], sort=True):
-        by_policy = {pol: {str(k): g["repeated"].astype(float).tolist() for k, g in part.groupby("prefix_id")}
-                     for pol, part in group.groupby("policy", sort=False)}
+
+    def compare(judge, misbehavior, ref, policy, measured, strata_of):
+        row = {"judge": judge, "misbehavior": misbehavior, "reference": reference, "policy": policy}
+        try:
+            row.update(stratified_reduction(strata_of(ref), strata_of(measured), n_boot, seed, level))
+        except ValueError:  # fewer than two shared prefixes
+            shared = sum(len(set(ref.get(m, {})) & set(measured.get(m, {}))) for m in measured)
+            row.update(prefixes=shared, base_rate=math.nan, rate=math.nan, reduction=math.nan, ci_low=math.nan,
+                       ci_high=math.nan)
+        if not row["base_rate"] > 0:  # the reference never repeats it: no share of nothing to reduce
+            row.update(reduction=math.nan, ci_low=math.nan, ci_high=math.nan)
+        rows.append(row)
+
+    for judge, part in df.groupby("judge", sort=True):
+        by_policy = {pol: {m: {k: g["repeated"].astype(float).tolist()
+                               for k, g in mp.groupby("prefix_id", sort=True, dropna=False)}
+                           for m, mp in pp.groupby("misbehavior", sort=True, dropna=False)}
+                     for pol, pp in part.groupby("policy", sort=False)}
         if reference not in by_policy:
             continue
+        ref = by_policy[reference]
+        for m in sorted(set(part["misbehavior"])):
+            for policy, measured in by_policy.items():
+                if policy != reference and m in measured:
+                    compare(judge, m, ref.get(m, {}), policy, measured[m], lambda x: {"": x})
         for policy, measured in by_policy.items():
-            if policy == reference:
-                continue
-            row = {"judge": judge, "misbehavior": misbehavior, "reference": reference, "policy": policy}
-            try:
-                row.update(reduction_interval(by_policy[reference], measured, n_boot, seed, level))
-            except ValueError:  # fewer than two shared prefixes
-                row.update(prefixes=len(set(measured) & set(by_policy[reference])), base_rate=math.nan,
-                           rate=math.nan, reduction=math.nan, ci_low=math.nan, ci_high=math.nan)
-            if not row["base_rate"] > 0:  # the reference never repeats it: no share of nothing to reduce
-                row.update(reduction=math.nan, ci_low=math.nan, ci_high=math.nan)
-            rows.append(row)
+            if policy != reference:
+                compare(judge, ALL, ref, policy, measured, lambda x: x)
     return pd.DataFrame(rows, columns=REDUCTION_COLUMNS)
 
 

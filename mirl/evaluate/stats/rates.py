@@ -2,55 +2,102 @@
 prefix's misbehavior, per (policy, misbehavior, judge), with intervals that respect that the 16
 continuations of one prefix are correlated.
 
+A misbehavior's rate is the mean over its prefixes of each prefix's share of repeats: the paper's
+"percentage of samples" when every prefix keeps all its samples, and, where a failed judge or
+continuation cost a prefix some samples, a rate that still weighs every prefix alike (a pooled share
+would weigh that prefix less, and differently for each policy). The rate over all misbehaviors
+(`misbehavior` "all", with `overall=True`) is the mean of the misbehaviors' rates, each weighted
+alike: the "mean rate" of the paper's Figure 7.
+
 Two measures of uncertainty, both treating the prefix as the unit that was sampled:
-- `se`: the cluster-robust standard error with prefixes as clusters (`stderr.cluster_se`);
-- `ci_low`/`ci_high`: a percentile bootstrap over prefixes: draw the group's prefixes with
-  replacement, pool their samples, recompute the share; B draws, seeded, so reruns agree.
-A group needs two prefixes for either (one prefix says nothing about how prefixes differ): with
-fewer they are NaN. A judge that failed on a sample (repeated None) leaves it out of the rate and is
-counted in `n_failed`, so a judge that fails often is visible rather than silently shrinking n.
+- `se`: the standard error of that mean over prefixes (for "all": the misbehaviors' combined);
+- `ci_low`/`ci_high`: a percentile bootstrap: draw each misbehavior's prefixes with replacement
+  (within the misbehavior, as the design fixes how many each has), recompute the rate; B draws,
+  seeded, so reruns agree.
+A misbehavior needs two prefixes for either (one prefix says nothing about how prefixes differ):
+with fewer they are NaN. A judge that failed on a sample (repeated None) leaves it out of the rate
+and is counted in `n_failed`, so a judge that fails often is visible rather than silently shrinking n.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from mirl.evaluate.stats.stderr import cluster_se
 from mirl.evaluate.stats.tables import samples_frame
 
 GROUP = ["policy", "misbehavior", "judge"]
 COLUMNS = [*GROUP, "n_prefixes", "n_samples", "n_failed", "rate", "se", "ci_low", "ci_high"]
+ALL = "all"
 
 
-def misbehavior_rates(samples: Iterable[Any], n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
-    """One row per (policy, misbehavior, judge): n_prefixes, n_samples, n_failed, rate, se, ci_low, ci_high."""
+def prefix_means(group: pd.DataFrame) -> dict[Any, float]:
+    """prefix id -> its share of repeats among its judged samples (prefixes with none are left out)."""
+    judged = group[group["repeated"].notna()]
+    return {k: float(g["repeated"].astype(float).mean()) for k, g in judged.groupby("prefix_id", sort=True,
+                                                                                      dropna=False)}
+
+
+def stratified_means(strata: Sequence[np.ndarray], n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """n_boot draws of the mean over strata of each stratum's mean, each stratum's values (per-prefix
+    rates) resampled with replacement within it."""
+    total = np.zeros(n_boot)
+    for values in strata:
+        idx = rng.integers(0, len(values), size=(n_boot, len(values)))
+        total += values[idx].mean(axis=1)
+    return total / len(strata)
+
+
+def _summary(strata: Sequence[np.ndarray], n_boot: int, seed: int, level: float) -> dict[str, float]:
+    """rate, se and interval of the mean over strata of the strata's mean per-prefix rates."""
+    rate = float(np.mean([v.mean() for v in strata]))
+    if any(len(v) < 2 for v in strata):
+        return {"rate": rate, "se": math.nan, "ci_low": math.nan, "ci_high": math.nan}
+    se = math.sqrt(sum(v.var(ddof=1) / len(v) for v in strata)) / len(strata)
+    draws = stratified_means(strata, n_boot, np.random.default_rng(seed))
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(draws, [tail, 1.0 - tail])
+    return {"rate": rate, "se": se, "ci_low": float(low), "ci_high": float(high)}
+
+
+def misbehavior_rates(samples: Iterable[Any], n_boot: int = 2000, seed: int = 0, level: float = 0.95,
+                      overall: bool = False) -> pd.DataFrame:
+    """One row per (policy, misbehavior, judge): n_prefixes, n_samples, n_failed, rate, se, ci_low,
+    ci_high; with `overall`, also one row per (policy, judge) of misbehavior "all" (the mean rate)."""
     if n_boot < 1:
         raise ValueError(f"n_boot={n_boot}: the bootstrap needs at least one draw")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level={level}: a confidence level lies strictly between 0 and 1")
     df = samples_frame(samples)
+    if overall and (df["misbehavior"] == ALL).any():
+        raise ValueError(f"misbehavior {ALL!r} is the mean over the misbehaviors: the samples name their own")
     rows = []
     for key, group in df.groupby(GROUP, sort=True, dropna=False):
-        judged = group[group["repeated"].notna()]
-        row = dict(zip(GROUP, key), n_prefixes=judged["prefix_id"].nunique(), n_samples=len(judged),
-                   n_failed=len(group) - len(judged))
-        if judged.empty:
+        means = prefix_means(group)
+        judged = int(group["repeated"].notna().sum())
+        row = dict(zip(GROUP, key), n_prefixes=len(means), n_samples=judged, n_failed=len(group) - judged)
+        if not means:
             rows.append({**row, "rate": math.nan, "se": math.nan, "ci_low": math.nan, "ci_high": math.nan})
             continue
-        values = judged["repeated"].astype(float).to_numpy()
-        low, high = bootstrap_ci(values, judged["prefix_id"].tolist(), n_boot, seed, level)
-        rows.append({**row, "rate": float(values.mean()), "se": cluster_se(values, judged["prefix_id"]),
-                     "ci_low": low, "ci_high": high})
+        rows.append({**row, **_summary([np.array(list(means.values()))], n_boot, seed, level)})
+    if overall:
+        for (policy, judge), group in df.groupby(["policy", "judge"], sort=True, dropna=False):
+            strata = [np.array(list(m.values())) for _, g in group.groupby("misbehavior", sort=True, dropna=False)
+                      if (m := prefix_means(g))]
+            judged = int(group["repeated"].notna().sum())
+            row = {"policy": policy, "misbehavior": ALL, "judge": judge, "n_prefixes": sum(len(s) for s in strata),
+                   "n_samples": judged, "n_failed": len(group) - judged}
+            empty = {"rate": math.nan, "se": math.nan, "ci_low": math.nan, "ci_high": math.nan}
+            rows.append({**row, **(_summary(strata, n_boot, seed, level) if strata else empty)})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def bootstrap_ci(values: np.ndarray, clusters: list[Any], n_boot: int, seed: int, level: float) -> tuple[float, float]:
-    """Percentile interval of the pooled mean when whole clusters are resampled with replacement.
+    """Percentile interval of the mean per-cluster rate when whole clusters are resampled with replacement.
 
     Seeded per call, so a group's interval does not depend on which other groups were computed.
     """
@@ -63,12 +110,17 @@ def bootstrap_ci(values: np.ndarray, clusters: list[Any], n_boot: int, seed: int
 
 
 def bootstrap_means(values: np.ndarray, clusters: list[Any], n_boot: int, seed: int) -> np.ndarray | None:
-    """The n_boot pooled shares of draws of as many clusters as there are, with replacement (None for
-    fewer than two clusters). Pooled, not a mean of cluster rates: a big prefix weighs as its samples do."""
-    codes, _ = pd.factorize(np.asarray(clusters, dtype=object), use_na_sentinel=False)
-    sums = np.bincount(codes, weights=values)
-    counts = np.bincount(codes).astype(float)
-    if len(sums) < 2:
+    """The n_boot means of the per-cluster rates of draws of as many clusters as there are, with
+    replacement (None for fewer than two clusters): every prefix weighs alike, whatever it kept."""
+    rates = cluster_rates(values, clusters)
+    if len(rates) < 2:
         return None
-    draws = np.random.default_rng(seed).integers(0, len(sums), size=(n_boot, len(sums)))
-    return sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
+    return stratified_means([rates], n_boot, np.random.default_rng(seed))
+
+
+def cluster_rates(values: Sequence[float], clusters: Sequence[Any]) -> np.ndarray:
+    """Each cluster's mean value, in order of first appearance."""
+    codes, _ = pd.factorize(np.asarray(clusters, dtype=object), use_na_sentinel=False)
+    values = np.asarray(values, dtype=float)
+    return np.bincount(codes, weights=values) / np.bincount(codes)
+

@@ -41,18 +41,55 @@ def test_more_prefixes_or_samples_detect_smaller_reductions():
         detectable_reduction([0.5], samples=16)
 
 
-def test_the_reduction_pools_the_shared_prefixes_and_its_interval_resamples_them():
+def test_the_reduction_weighs_the_shared_prefixes_alike_and_its_interval_resamples_them():
     base = {"a": [1, 1, 1, 1], "b": [1, 0, 1, 0], "c": [1, 1, 0, 0, 0, 0]}
     policy = {"a": [1, 0, 1, 0], "b": [0, 0, 0, 0], "c": [1, 0, 0, 0, 0, 0], "d": [1, 1]}  # d: base never saw it
     got = reduction_interval(base, policy, n_boot=4000)
-    assert got["prefixes"] == 3 and got["base_rate"] == pytest.approx(8 / 14) and got["rate"] == pytest.approx(3 / 14)
-    assert got["reduction"] == pytest.approx(1 - 3 / 8)
+    b, p = np.array([1, 1 / 2, 1 / 3]), np.array([1 / 2, 0, 1 / 6])  # each prefix's share
+    assert got["prefixes"] == 3 and got["base_rate"] == pytest.approx(b.mean()) and got["rate"] == pytest.approx(p.mean())
+    assert got["reduction"] == pytest.approx(1 - p.mean() / b.mean())
+    assert (got["samples_base"], got["samples"]) == (14, 14)
     # every resample of 3 prefixes out of 3: the interval lies within the extremes of the 27 draws
-    sums_b, sums_p, n = np.array([4, 2, 2]), np.array([2, 0, 1]), np.array([4, 4, 6])
     idx = np.array(np.meshgrid(*[range(3)] * 3)).reshape(3, -1).T
-    exact = 1 - (sums_p[idx].sum(1) / n[idx].sum(1)) / (sums_b[idx].sum(1) / n[idx].sum(1))
+    exact = 1 - p[idx].mean(1) / b[idx].mean(1)
     assert exact.min() <= got["ci_low"] <= got["reduction"] <= got["ci_high"] <= exact.max()
     assert got["ci_low"] < got["ci_high"]
+
+
+def test_unequal_losses_of_samples_do_not_move_the_reduction():
+    """The same per-prefix rates under both policies, but the trained policy kept 4 of 16 samples on the
+    high-rate prefixes (its judge failed on the rest): no reduction. A pooled share measured 51%."""
+    high = [1] * 12 + [0] * 4
+    low = [1] + [0] * 15
+    base = {**{f"h{i}": high for i in range(10)}, **{f"l{i}": low for i in range(10)}}
+    policy = {**{f"h{i}": [1, 1, 1, 0] for i in range(10)}, **{f"l{i}": low for i in range(10)}}
+    got = reduction_interval(base, policy, n_boot=500)
+    assert got["reduction"] == pytest.approx(0.0) and got["ci_low"] <= 0 <= got["ci_high"]
+
+
+def test_draws_whose_base_rate_is_zero_count_against_the_trained_policy():
+    """A rare misbehavior: in many bootstrap draws the base never repeats it. Such a draw where the
+    trained policy does is a reduction of -inf, not a draw to leave out (which made no true reduction
+    look like one in ~10-25% of simulated runs)."""
+    base = {"a": [1, 0, 0, 0], **{k: [0, 0, 0, 0] for k in "bcdefghij"}}
+    policy = {"a": [0, 0, 0, 0], "b": [1, 0, 0, 0], **{k: [0, 0, 0, 0] for k in "cdefghij"}}
+    got = reduction_interval(base, policy, n_boot=2000, seed=3)
+    assert got["reduction"] == 0.0  # one repeat each
+    assert 0.3 < got["boot_base_zero"] < 0.4  # (9/10)^10: draws without prefix a
+    assert got["ci_low"] == -math.inf and got["ci_high"] == 1.0
+
+
+def test_the_mean_rate_weighs_each_misbehavior_alike_and_draws_prefixes_within_each():
+    from mirl.evaluate.stats.power import stratified_reduction
+
+    base = {"m1": {"a": [1, 1], "b": [1, 0]}, "m2": {f"p{i}": [0, 0] for i in range(7)} | {"q": [1, 1]}}
+    policy = {"m1": {"a": [0, 0], "b": [0, 0]}, "m2": {f"p{i}": [0, 0] for i in range(7)} | {"q": [1, 1]}}
+    got = stratified_reduction(base, policy, n_boot=2000)
+    # m1: 0.75 -> 0; m2: 1/8 -> 1/8; the mean rate 0.4375 -> 0.0625 (pooled over prefixes: 0.3 -> 0.1)
+    assert got["base_rate"] == pytest.approx(0.4375) and got["rate"] == pytest.approx(0.0625)
+    assert got["reduction"] == pytest.approx(1 - 0.0625 / 0.4375) and got["prefixes"] == 10
+    # within m1 any draw keeps its base rate above 0: no draw of the mean rate has a base of 0
+    assert got["boot_base_zero"] == 0.0 and got["ci_low"] > 0
 
 
 def test_reduction_table_pairs_each_policy_with_the_reference_on_shared_prefixes():
@@ -65,7 +102,11 @@ def test_reduction_table_pairs_each_policy_with_the_reference_on_shared_prefixes
                + judged("mirl", "a", [1, 0, 0, 0]) + judged("mirl", "b", [1, 0, 0, 0]) + judged("mirl", "c", [0, 0, 0, 0])
                + judged("mirl", "d", [1, 1, 1, 1])  # not measured under base: left out of the pairing
                + judged("mirl", "a", [None]) + judged("lone", "a", [0, 0]))
-    table = reduction_table(samples, "base", n_boot=500).set_index("policy")
+    table = reduction_table(samples, "base", n_boot=500)
+    assert set(table["misbehavior"]) == {"m", "all"}  # one misbehavior: its rate is the mean rate
+    assert table[table.misbehavior == "all"].drop(columns="misbehavior").reset_index(drop=True).equals(
+        table[table.misbehavior == "m"].drop(columns="misbehavior").reset_index(drop=True))
+    table = table[table.misbehavior == "m"].set_index("policy")
     mirl = table.loc["mirl"]
     assert mirl["prefixes"] == 3 and mirl["base_rate"] == 6 / 12 and mirl["rate"] == 2 / 12
     assert mirl["reduction"] == pytest.approx(1 - (2 / 12) / (6 / 12))
@@ -79,6 +120,8 @@ def test_reduction_table_without_samples_or_with_a_reference_rate_of_zero():
     never = [{"policy": pol, "misbehavior": "m", "prefix_id": k, "judge": "rules", "repeated": pol == "p" and k == "a"}
              for pol in ("base", "p") for k in ("a", "b", "c") for _ in range(2)]
     row = reduction_table(never, "base").iloc[0]
+    with pytest.raises(ValueError, match="mean over the misbehaviors"):
+        reduction_table([{**never[0], "misbehavior": "all"}], "base")
     assert row["base_rate"] == 0 and row["rate"] == pytest.approx(1 / 3)
     assert math.isnan(row["reduction"]) and math.isnan(row["ci_low"]) and math.isnan(row["ci_high"])
 

@@ -1,5 +1,5 @@
-"""Misbehavior rates per (policy, misbehavior, judge): the pooled share, the prefix-clustered SE and
-the bootstrap over prefixes, on tables worked out by hand."""
+"""Misbehavior rates per (policy, misbehavior, judge): the mean of the prefixes' shares, its SE over
+prefixes and the bootstrap over prefixes, on tables worked out by hand; the mean rate over misbehaviors."""
 
 from __future__ import annotations
 
@@ -21,22 +21,21 @@ def samples(policy, misbehavior, judge, by_prefix):
 HAND = {"P1": [True, True, True, False], "P2": [False, False, None, False], "P3": [True, False]}
 
 
-def test_rate_counts_and_clustered_se_of_a_hand_table():
+def test_rate_counts_and_se_of_a_hand_table():
     row = misbehavior_rates(samples("base", "loop", "judge-a", HAND)).iloc[0]
-    # judged: P1 3 of 4, P2 0 of 3 (one judge failure), P3 1 of 2 -> 4 of 9
+    # judged: P1 3 of 4, P2 0 of 3 (one judge failure), P3 1 of 2: each prefix's share weighs alike
     assert (row.n_prefixes, row.n_samples, row.n_failed) == (3, 9, 1)
-    assert row.rate == pytest.approx(4 / 9)
-    # per-prefix sums of (x - 4/9): P1 3 - 16/9 = 11/9, P2 -12/9, P3 1 - 8/9 = 1/9
-    sums = [11 / 9, -12 / 9, 1 / 9]
-    assert row.se == pytest.approx(math.sqrt(3 / 2 * sum(s * s for s in sums)) / 9)
+    shares = np.array([3 / 4, 0, 1 / 2])
+    assert row.rate == pytest.approx(shares.mean())
+    assert row.se == pytest.approx(shares.std(ddof=1) / math.sqrt(3))
 
 
 def test_bootstrap_resamples_whole_prefixes():
     # two prefixes, one always repeats, one never: a draw of prefixes is (P1,P1) -> 1, (P2,P2) -> 0 or
-    # mixed -> 6/8, each pure draw with chance 1/4, so the 95% interval is [0, 1]. Resampling the 8
+    # mixed -> 1/2, each pure draw with chance 1/4, so the 95% interval is [0, 1]. Resampling the 8
     # samples one by one would put only (6/8)^8 + (2/8)^8 of the mass at 0 or 1, and a narrower interval.
     row = misbehavior_rates(samples("base", "loop", "j", {"P1": [True] * 6, "P2": [False] * 2})).iloc[0]
-    assert row.rate == 0.75
+    assert row.rate == 0.5  # each prefix alike; the pooled share of samples would be 6/8
     assert (row.ci_low, row.ci_high) == (0.0, 1.0)
 
 
@@ -45,14 +44,14 @@ EXACT = {"A": (5, 6), "B": (0, 3), "C": (2, 9), "D": (1, 1)}
 
 
 def exact_bootstrap(table):
-    """Every one of the n^n equally likely ordered draws of n prefixes: {pooled share: probability}."""
+    """Every one of the n^n equally likely ordered draws of n prefixes: {mean share: probability}."""
     import itertools
     from fractions import Fraction
 
     pmf: dict[Fraction, Fraction] = {}
     n = len(table)
     for draw in itertools.product(table.values(), repeat=n):
-        share = Fraction(sum(r for r, _ in draw), sum(m for _, m in draw))
+        share = sum(Fraction(r, m) for r, m in draw) / n
         pmf[share] = pmf.get(share, 0) + Fraction(1, n ** n)
     return pmf
 
@@ -70,7 +69,7 @@ def test_the_bootstrap_distribution_matches_every_resample_enumerated():
     n_boot = 40_000
     means = bootstrap_means(*exact_values_and_clusters(), n_boot=n_boot, seed=0)
     atoms = np.array([float(a) for a in pmf])
-    # every draw is one of the exact shares (pooled, of four prefixes), each as often as enumerated
+    # every draw is one of the exact shares (the mean of four prefixes'), each as often as enumerated
     nearest = np.abs(means[:, None] - atoms[None, :]).argmin(axis=1)
     assert np.allclose(means, atoms[nearest])
     freq = np.bincount(nearest, minlength=len(atoms)) / n_boot
@@ -181,3 +180,17 @@ def test_the_clustered_interval_is_wider_than_the_naive_one_on_correlated_sample
     assert 0 < p < 1
     assert (row.ci_high - row.ci_low) / 2 > 2 * naive_half
     assert row.se > 2 * math.sqrt(p * (1 - p) / n)
+
+
+def test_the_mean_rate_weighs_each_misbehavior_alike():
+    rows = (samples("base", "often", "j", {"A": [True, True], "B": [True, False]})
+            + samples("base", "rare", "j", {f"R{i}": [False, False] for i in range(6)} | {"S": [True, False]}))
+    table = misbehavior_rates(rows, n_boot=500, overall=True).set_index("misbehavior")
+    assert table.loc["often", "rate"] == 0.75 and table.loc["rare", "rate"] == pytest.approx(1 / 14)
+    mean = table.loc["all"]
+    assert mean["rate"] == pytest.approx((0.75 + 1 / 14) / 2)  # pooled over the 9 prefixes it would be 0.222
+    assert (mean["n_prefixes"], mean["n_samples"]) == (9, 18)
+    assert mean["se"] == pytest.approx(math.sqrt(table.loc["often", "se"] ** 2 + table.loc["rare", "se"] ** 2) / 2)
+    assert mean["ci_low"] < mean["rate"] < mean["ci_high"]
+    with pytest.raises(ValueError, match="mean over the misbehaviors"):
+        misbehavior_rates(samples("base", "all", "j", {"A": [True]}), overall=True)
