@@ -94,14 +94,6 @@ def find(notebooks: list[Notebook], which: str) -> int:
     raise BatchError(f"no stage {which!r} in the pipeline; stages: {choices}")
 
 
-def select(notebooks: list[Notebook], first: str | None, last: str | None) -> list[Notebook]:
-    lo = find(notebooks, first) if first else 0
-    hi = find(notebooks, last) if last else len(notebooks) - 1
-    if lo > hi:
-        raise BatchError(f"--from {first} comes after --to {last} in the pipeline")
-    return notebooks[lo:hi + 1]
-
-
 @dataclass(frozen=True)
 class Unit:
     """One notebook run of the batch: a stage, or one recipe's run of the training stage."""
@@ -131,6 +123,27 @@ class Unit:
 def units(notebooks: list[Notebook], recipes: list[Any]) -> list[Unit]:
     """The batch's notebook runs in order: the training notebook once per recipe when there are any."""
     return [Unit(nb, r) for nb in notebooks for r in (recipes if nb.stage == "training" and recipes else [None])]
+
+
+def select_units(every: list[Unit], first: str | None, last: str | None) -> list[Unit]:
+    """The runs from `first` to `last`: a stage (its name or number: all its recipes' runs), or one
+    recipe's run of the training stage as `training:<recipe>` (or `04:<recipe>`)."""
+    def bounds(which: str) -> tuple[int, int]:
+        stage, _, recipe = which.partition(":")
+        nbs = list(dict.fromkeys(u.nb for u in every))
+        nb = nbs[find(nbs, stage)]
+        hits = [i for i, u in enumerate(every) if u.nb == nb and (not recipe or (u.recipe and u.recipe.name == recipe))]
+        if not hits:
+            names = [u.recipe.name for u in every if u.nb == nb and u.recipe]
+            raise BatchError(f"no recipe {recipe!r} in stage {nb.stage}" + (f"; recipes: {', '.join(names)}" if names
+                                                                           else " (this batch has no recipes)"))
+        return hits[0], hits[-1]
+
+    lo = bounds(first)[0] if first else 0
+    hi = bounds(last)[1] if last else len(every) - 1
+    if lo > hi:
+        raise BatchError(f"--from {first} comes after --to {last} in the pipeline")
+    return every[lo:hi + 1]
 
 
 @dataclass
@@ -418,9 +431,8 @@ def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
     from mirl.report_index import write_index
 
     out = out or sys.stdout
-    pipeline_nbs, kernel, recipes, every, resolved = _plan(spec)
-    chosen_nbs = select(pipeline_nbs, spec.first, spec.last)
-    chosen = [u for u in every if u.nb in chosen_nbs]
+    _, kernel, recipes, every, resolved = _plan(spec)
+    chosen = select_units(every, spec.first, spec.last)
     raw = pipeline.apply_overrides(pipeline.read_file(spec.params_file), spec.overrides)
     if recipes:
         raw["recipes"] = {r.name: str(r.params_file) for r in recipes}

@@ -13,8 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "with the same params is skipped, the first failure stops the batch.")
     p.add_argument("--params", help="params YAML: shared sections, then one per stage (params/demo.yaml)")
     p.add_argument("--name", default="demo", help="run name: data in runs/NAME, reports in reports/NAME")
-    p.add_argument("--from", dest="first", metavar="STAGE", help="first stage to run: a name or number (02, taxonomy)")
-    p.add_argument("--to", dest="last", metavar="STAGE", help="last stage to run: a name or number")
+    p.add_argument("--from", dest="first", metavar="STAGE", help="first stage to run: a name or number (02, taxonomy), or one recipe's training (training:mirl)")
+    p.add_argument("--to", dest="last", metavar="STAGE", help="last stage to run: a name or number, or one recipe's training (training:tmax)")
     p.add_argument("-p", "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override one parameter, e.g. profiling.max_tasks=3")
     p.add_argument("--force", action="store_true", help="overwrite stage outputs that were made with other params")

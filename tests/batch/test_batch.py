@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from batch_pipeline import calls, child_env, stage_body, three_stages, write_notebook
 
-from mirl.batch import BatchError, BatchSpec, discover, progress_line, run_batch, select, time_table
+from mirl.batch import BatchError, BatchSpec, discover, progress_line, run_batch, select_units, time_table, units
 from mirl.notebook import KERNEL, kernel_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,13 +43,43 @@ def done_items(lines: list[str], stage: str) -> list[int]:
 def test_stages_by_name_or_number(tmp_path):
     nbs = discover(three_stages(tmp_path / "nb"))
     assert [(n.number, n.stage) for n in nbs] == [("01", "profiling"), ("02", "taxonomy"), ("03", "prefixes")]
-    assert [n.stage for n in select(nbs, "02", None)] == ["taxonomy", "prefixes"]
-    assert [n.stage for n in select(nbs, "profiling", "2")] == ["profiling", "taxonomy"]
-    assert [n.stage for n in select(nbs, "prefixes", "03")] == ["prefixes"]
+    every = units(nbs, [])
+
+    def select(first, last):
+        return [u.key for u in select_units(every, first, last)]
+
+    assert select("02", None) == ["taxonomy", "prefixes"]
+    assert select("profiling", "2") == ["profiling", "taxonomy"]
+    assert select("prefixes", "03") == ["prefixes"]
     with pytest.raises(BatchError, match=r"no stage '05'.*01 \(profiling\)"):
-        select(nbs, "05", None)
+        select("05", None)
     with pytest.raises(BatchError, match="comes after"):
-        select(nbs, "03", "01")
+        select("03", "01")
+    with pytest.raises(BatchError, match="no recipe 'mirl' in stage taxonomy .this batch has no recipes"):
+        select("taxonomy:mirl", None)
+
+
+def test_one_recipes_training_is_named_by_stage_and_recipe(tmp_path):
+    from types import SimpleNamespace
+
+    nbs = discover(three_stages(tmp_path / "nb"))
+    training = nbs[1].__class__("04", "training", nbs[1].path)  # a training stage between taxonomy and prefixes
+    every = units([nbs[0], training, nbs[2]], [SimpleNamespace(name=r) for r in ("mirl", "outcome", "tmax")])
+    keys = [u.key for u in every]
+    assert keys == ["profiling", "training:mirl", "training:outcome", "training:tmax", "prefixes"]
+
+    def select(first, last):
+        return [u.key for u in select_units(every, first, last)]
+
+    assert select("training:outcome", "training:outcome") == ["training:outcome"]
+    assert select("04:tmax", None) == ["training:tmax", "prefixes"]
+    assert select(None, "training:mirl") == ["profiling", "training:mirl"]
+    assert select("training", "training") == keys[1:4]  # a stage: every recipe's run
+    assert select("profiling", "training") == keys[:4]
+    with pytest.raises(BatchError, match="no recipe 'rar' in stage training; recipes: mirl, outcome, tmax"):
+        select("training:rar", None)
+    with pytest.raises(BatchError, match="comes after"):
+        select("training:tmax", "training:mirl")
 
 
 def test_kernel_registered_at_install_is_the_one_notebooks_name(mirl_kernel, monkeypatch):
