@@ -11,6 +11,9 @@ variance is the spread of those differences between prefixes over K.
   1 - rate(policy) / rate(base) with a paired percentile bootstrap over the prefixes both policies
   were measured on, drawn within each misbehavior; `reduction_table` gives it for every policy
   against a reference one, per (judge, misbehavior) and for the mean rate over misbehaviors ("all").
+  Percentile intervals run a little narrow at this design's sizes: in simulations of 20 prefixes x 16
+  samples a per-misbehavior 95% interval covered the true reduction 91-93% of the time (a BCa
+  interval did not do much better); read an interval whose end is near 0 as borderline.
 - `detectable_reduction`: the smallest relative reduction r that this design detects (the
   interval excludes 0) with probability `power` at level `alpha`, for per-prefix base rates taken
   from an earlier run (or a stated prior), assuming the treated rate of prefix k is (1 - r) p_k:
