@@ -129,14 +129,18 @@ def select_units(every: list[Unit], first: str | None, last: str | None) -> list
     """The runs from `first` to `last`: a stage (its name or number: all its recipes' runs), or one
     recipe's run of the training stage as `training:<recipe>` (or `04:<recipe>`)."""
     def bounds(which: str) -> tuple[int, int]:
-        stage, _, recipe = which.partition(":")
+        stage, colon, recipe = which.partition(":")
         nbs = list(dict.fromkeys(u.nb for u in every))
         nb = nbs[find(nbs, stage)]
-        hits = [i for i, u in enumerate(every) if u.nb == nb and (not recipe or (u.recipe and u.recipe.name == recipe))]
-        if not hits:
-            names = [u.recipe.name for u in every if u.nb == nb and u.recipe]
-            raise BatchError(f"no recipe {recipe!r} in stage {nb.stage}" + (f"; recipes: {', '.join(names)}" if names
-                                                                           else " (this batch has no recipes)"))
+        if colon:
+            names = [u.recipe.name for u in every if u.recipe]
+            if not names:
+                raise BatchError(f"{which}: this batch has no training recipes (the params name none)")
+            if not any(u.nb == nb and u.recipe for u in every):
+                raise BatchError(f"{which}: only the training stage runs once per recipe ({', '.join(names)})")
+            if recipe not in names:
+                raise BatchError(f"{which}: no recipe {recipe!r} in this batch; recipes: {', '.join(names)}")
+        hits = [i for i, u in enumerate(every) if u.nb == nb and (not colon or u.recipe.name == recipe)]
         return hits[0], hits[-1]
 
     lo = bounds(first)[0] if first else 0
@@ -400,6 +404,9 @@ def check_batch(spec: BatchSpec, rates_from: str | Path | None = None) -> list[s
     notebooks, kernel, recipes, every, _ = _plan(spec)
     params = pipeline.load(spec.params_file, spec.overrides)
     lines = [f"params: {len(every)} stage notebook run(s) valid ({', '.join(u.label for u in every)})"]
+    if spec.first or spec.last:  # a misspelt --from/--to fails here, not at the run
+        chosen = select_units(every, spec.first, spec.last)
+        lines.append(f"selected: {', '.join(u.label for u in chosen)}")
     if recipes:
         lines += recipe_budgets(recipes, spec.overrides)
     if any(nb.stage == "misbehavior_rate" for nb in notebooks):

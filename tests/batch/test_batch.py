@@ -55,7 +55,7 @@ def test_stages_by_name_or_number(tmp_path):
         select("05", None)
     with pytest.raises(BatchError, match="comes after"):
         select("03", "01")
-    with pytest.raises(BatchError, match="no recipe 'mirl' in stage taxonomy .this batch has no recipes"):
+    with pytest.raises(BatchError, match="taxonomy:mirl: this batch has no training recipes"):
         select("taxonomy:mirl", None)
 
 
@@ -76,8 +76,12 @@ def test_one_recipes_training_is_named_by_stage_and_recipe(tmp_path):
     assert select(None, "training:mirl") == ["profiling", "training:mirl"]
     assert select("training", "training") == keys[1:4]  # a stage: every recipe's run
     assert select("profiling", "training") == keys[:4]
-    with pytest.raises(BatchError, match="no recipe 'rar' in stage training; recipes: mirl, outcome, tmax"):
+    with pytest.raises(BatchError, match="no recipe 'rar' in this batch; recipes: mirl, outcome, tmax"):
         select("training:rar", None)
+    with pytest.raises(BatchError, match="no recipe '' in this batch"):
+        select("training:", None)
+    with pytest.raises(BatchError, match="prefixes:tmax: only the training stage runs once per recipe"):
+        select("prefixes:tmax", None)
     with pytest.raises(BatchError, match="comes after"):
         select("training:tmax", "training:mirl")
 
@@ -290,3 +294,19 @@ def test_a_stage_without_items_shows_its_own_counts_not_zeros():
     assert _headline({"done": 0, "planned": 0, "new": 0, "lost": 0, "error_steps": 34, "types": 6}) == \
         "  (error steps 34, types 6)"
     assert _headline({"done": 8, "planned": 8, "new": 8, "lost": 0}) == "  (done 8, planned 8, new 8, lost 0)"
+
+
+def test_check_refuses_a_misspelt_selection_before_anything_runs(tmp_path):
+    import os
+
+    base = [sys.executable, "-m", "mirl", "batch", "--params", str(REPO / "params" / "small_scale" / "experiment.yaml"),
+            "--name", "chk", "--check", "--notebooks", str(REPO / "notebooks")]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    bad = subprocess.run([*base, "--from", "training:tmx"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env=env)
+    assert bad.returncode != 0 and "no recipe 'tmx' in this batch; recipes: mirl, outcome-prefix, tmax" in bad.stderr
+    good = subprocess.run([*base, "--from", "training:tmax", "--to", "05"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert good.returncode == 0, good.stderr
+    assert "selected: 04 training [tmax], 05 misbehavior_rate" in good.stdout
+    assert not (tmp_path / "runs").exists()

@@ -55,7 +55,8 @@ def stratified_reduction(base: Mapping[str, Mapping[str, Sequence[float]]],
     bootstrap: each misbehavior's shared prefixes drawn with replacement, the same draw for both
     policies. A draw whose base rate is 0 counts (as -inf where the policy repeated anything there, as
     0 where neither did): dropping it would drop the draws least kind to the trained policy.
-    `boot_base_zero` is the share of such draws."""
+    `boot_base_zero` is the share of such draws. A misbehavior with a single shared prefix leaves the
+    interval NaN (as its own rate's is): that prefix would be drawn alike every time."""
     strata, nb, n_p = [], 0, 0
     for m in sorted(set(base) & set(policy)):
         keys, b, p, sb, sp = _paired(base[m], policy[m])
@@ -67,6 +68,10 @@ def stratified_reduction(base: Mapping[str, Mapping[str, Sequence[float]]],
         raise ValueError(f"a paired comparison needs at least two prefixes measured under both policies, got {k}")
     rb = float(np.mean([b.mean() for b, _ in strata]))
     rp = float(np.mean([p.mean() for _, p in strata]))
+    point = {"reduction": 1.0 - rp / rb if rb > 0 else math.nan, "prefixes": k, "base_rate": rb, "rate": rp,
+             "samples_base": nb, "samples": n_p}
+    if any(len(b) < 2 for b, _ in strata):  # a lone prefix, drawn the same every time, would narrow it: no interval
+        return {**point, "ci_low": math.nan, "ci_high": math.nan, "boot_base_zero": math.nan}
     rng = np.random.default_rng(seed)
     db, dp = np.zeros(n_boot), np.zeros(n_boot)
     for b, p in strata:
@@ -78,9 +83,7 @@ def stratified_reduction(base: Mapping[str, Mapping[str, Sequence[float]]],
         draws = np.where(db > 0, 1.0 - dp / db, np.where(dp > 0, -np.inf, 0.0))
     tail = (1 - level) / 2
     low, high = np.quantile(draws, [tail, 1 - tail], method="inverted_cdf")
-    return {"reduction": 1.0 - rp / rb if rb > 0 else math.nan, "ci_low": float(low), "ci_high": float(high),
-            "prefixes": k, "base_rate": rb, "rate": rp, "samples_base": nb, "samples": n_p,
-            "boot_base_zero": float(np.mean(db <= 0))}
+    return {**point, "ci_low": float(low), "ci_high": float(high), "boot_base_zero": float(np.mean(db <= 0))}
 
 
 REDUCTION_COLUMNS = ["judge", "misbehavior", "reference", "policy", "prefixes", "samples_base", "samples", "base_rate",
@@ -98,10 +101,14 @@ def reduction_table(samples, reference: str, n_boot: int = 2000, seed: int = 0, 
     from mirl.evaluate.stats.rates import ALL
     from mirl.evaluate.stats.tables import samples_frame
 
+    if n_boot < 1:
+        raise ValueError(f"n_boot={n_boot}: the bootstrap needs at least one draw")
     samples = list(samples)
     if not samples:
         return pd.DataFrame(columns=REDUCTION_COLUMNS)
     df = samples_frame(samples)
+    if df["misbehavior"].isna().any():
+        raise ValueError("a judged sample names no misbehavior")
     if (df["misbehavior"] == ALL).any():
         raise ValueError(f"misbehavior {ALL!r} is the mean over the misbehaviors: the samples name their own")
     df = df[df["repeated"].notna()]
@@ -109,10 +116,11 @@ def reduction_table(samples, reference: str, n_boot: int = 2000, seed: int = 0, 
 
     def compare(judge, misbehavior, ref, policy, measured, strata_of):
         row = {"judge": judge, "misbehavior": misbehavior, "reference": reference, "policy": policy}
+        r, q = strata_of(ref), strata_of(measured)
         try:
-            row.update(stratified_reduction(strata_of(ref), strata_of(measured), n_boot, seed, level))
+            row.update(stratified_reduction(r, q, n_boot, seed, level))
         except ValueError:  # fewer than two shared prefixes
-            shared = sum(len(set(ref.get(m, {})) & set(measured.get(m, {}))) for m in measured)
+            shared = sum(len(set(r.get(m, {})) & set(q[m])) for m in q)
             row.update(prefixes=shared, base_rate=math.nan, rate=math.nan, reduction=math.nan, ci_low=math.nan,
                        ci_high=math.nan)
         if not row["base_rate"] > 0:  # the reference never repeats it: no share of nothing to reduce

@@ -7,7 +7,8 @@ A misbehavior's rate is the mean over its prefixes of each prefix's share of rep
 continuation cost a prefix some samples, a rate that still weighs every prefix alike (a pooled share
 would weigh that prefix less, and differently for each policy). The rate over all misbehaviors
 (`misbehavior` "all", with `overall=True`) is the mean of the misbehaviors' rates, each weighted
-alike: the "mean rate" of the paper's Figure 7.
+alike: the "mean rate" of the paper's Figure 7, over the misbehaviors every policy of the judge was
+measured on, so the policies' means are of the same misbehaviors.
 
 Two measures of uncertainty, both treating the prefix as the unit that was sampled:
 - `se`: the standard error of that mean over prefixes (for "all": the misbehaviors' combined);
@@ -75,6 +76,8 @@ def misbehavior_rates(samples: Iterable[Any], n_boot: int = 2000, seed: int = 0,
     df = samples_frame(samples)
     if overall and (df["misbehavior"] == ALL).any():
         raise ValueError(f"misbehavior {ALL!r} is the mean over the misbehaviors: the samples name their own")
+    if overall and df["misbehavior"].isna().any():
+        raise ValueError("a judged sample names no misbehavior")
     rows = []
     for key, group in df.groupby(GROUP, sort=True, dropna=False):
         means = prefix_means(group)
@@ -85,42 +88,27 @@ def misbehavior_rates(samples: Iterable[Any], n_boot: int = 2000, seed: int = 0,
             continue
         rows.append({**row, **_summary([np.array(list(means.values()))], n_boot, seed, level)})
     if overall:
-        for (policy, judge), group in df.groupby(["policy", "judge"], sort=True, dropna=False):
-            strata = [np.array(list(m.values())) for _, g in group.groupby("misbehavior", sort=True, dropna=False)
-                      if (m := prefix_means(g))]
-            judged = int(group["repeated"].notna().sum())
-            row = {"policy": policy, "misbehavior": ALL, "judge": judge, "n_prefixes": sum(len(s) for s in strata),
-                   "n_samples": judged, "n_failed": len(group) - judged}
-            empty = {"rate": math.nan, "se": math.nan, "ci_low": math.nan, "ci_high": math.nan}
-            rows.append({**row, **(_summary(strata, n_boot, seed, level) if strata else empty)})
+        rows += _overall_rows(df, n_boot, seed, level)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def bootstrap_ci(values: np.ndarray, clusters: list[Any], n_boot: int, seed: int, level: float) -> tuple[float, float]:
-    """Percentile interval of the mean per-cluster rate when whole clusters are resampled with replacement.
 
-    Seeded per call, so a group's interval does not depend on which other groups were computed.
-    """
-    means = bootstrap_means(values, clusters, n_boot, seed)
-    if means is None:
-        return math.nan, math.nan
-    alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return float(low), float(high)
-
-
-def bootstrap_means(values: np.ndarray, clusters: list[Any], n_boot: int, seed: int) -> np.ndarray | None:
-    """The n_boot means of the per-cluster rates of draws of as many clusters as there are, with
-    replacement (None for fewer than two clusters): every prefix weighs alike, whatever it kept."""
-    rates = cluster_rates(values, clusters)
-    if len(rates) < 2:
-        return None
-    return stratified_means([rates], n_boot, np.random.default_rng(seed))
-
-
-def cluster_rates(values: Sequence[float], clusters: Sequence[Any]) -> np.ndarray:
-    """Each cluster's mean value, in order of first appearance."""
-    codes, _ = pd.factorize(np.asarray(clusters, dtype=object), use_na_sentinel=False)
-    values = np.asarray(values, dtype=float)
-    return np.bincount(codes, weights=values) / np.bincount(codes)
-
+def _overall_rows(df: pd.DataFrame, n_boot: int, seed: int, level: float) -> list[dict[str, Any]]:
+    """Per (policy, judge), misbehavior "all": the mean rate over the misbehaviors every policy of
+    that judge was measured on (a misbehavior one policy lacks, e.g. its judge failed on every sample,
+    would otherwise leave that policy's mean and no other's)."""
+    rows = []
+    for judge, part in df.groupby("judge", sort=True, dropna=False):
+        means = {pol: {m: pm for m, g in pp.groupby("misbehavior", sort=True) if (pm := prefix_means(g))}
+                 for pol, pp in part.groupby("policy", sort=True, dropna=False)}
+        measured = [set(v) for v in means.values() if v]
+        common = sorted(set.intersection(*measured)) if measured else []
+        for policy, pp in part.groupby("policy", sort=True, dropna=False):
+            strata = [np.array(list(means[policy][m].values())) for m in common]
+            used = pp[pp["misbehavior"].isin(common)]
+            # n_samples: the judged samples the mean is of; n_failed: every failed judgment of the policy's
+            row = {"policy": policy, "misbehavior": ALL, "judge": judge, "n_prefixes": sum(len(x) for x in strata),
+                   "n_samples": int(used["repeated"].notna().sum()), "n_failed": int(pp["repeated"].isna().sum())}
+            empty = {"rate": math.nan, "se": math.nan, "ci_low": math.nan, "ci_high": math.nan}
+            rows.append({**row, **(_summary(strata, n_boot, seed, level) if strata else empty)})
+    return rows

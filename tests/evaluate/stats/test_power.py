@@ -125,3 +125,33 @@ def test_reduction_table_without_samples_or_with_a_reference_rate_of_zero():
     assert row["base_rate"] == 0 and row["rate"] == pytest.approx(1 / 3)
     assert math.isnan(row["reduction"]) and math.isnan(row["ci_low"]) and math.isnan(row["ci_high"])
 
+
+
+def test_draws_where_neither_policy_repeats_are_no_change():
+    same = {"a": [1, 0], **{k: [0, 0] for k in "bcdefg"}}
+    got = reduction_interval(same, same, n_boot=1000)
+    assert got["boot_base_zero"] > 0.2 and (got["reduction"], got["ci_low"], got["ci_high"]) == (0.0, 0.0, 0.0)
+
+
+def test_a_misbehavior_with_one_shared_prefix_leaves_the_mean_rates_interval_open():
+    from mirl.evaluate.stats.power import stratified_reduction
+
+    base = {"m1": {f"p{i}": [1, 1] for i in range(10)}, "m2": {"q": [1, 0]}}
+    policy = {"m1": {f"p{i}": [0, 1] for i in range(10)}, "m2": {"q": [0, 0]}}
+    got = stratified_reduction(base, policy, n_boot=500)
+    assert got["reduction"] == pytest.approx(1 - 0.25 / 0.75) and got["prefixes"] == 11
+    assert math.isnan(got["ci_low"]) and math.isnan(got["ci_high"]) and math.isnan(got["boot_base_zero"])
+
+
+def test_a_lone_shared_prefix_is_counted_as_one_and_bad_input_is_refused():
+    def judged(policy, prefix, repeats, misbehavior="m"):
+        return [{"policy": policy, "misbehavior": misbehavior, "prefix_id": prefix, "judge": "rules", "repeated": bool(r)}
+                for r in repeats]
+
+    samples = judged("base", "a", [1, 0, 1]) + judged("base", "b", [1, 1]) + judged("p", "a", [0, 1])
+    table = reduction_table(samples, "base", n_boot=100)
+    assert list(table["prefixes"]) == [1, 1] and table["reduction"].isna().all()
+    with pytest.raises(ValueError, match="n_boot"):
+        reduction_table(samples, "base", n_boot=0)
+    with pytest.raises(ValueError, match="names no misbehavior"):
+        reduction_table(samples + judged("p", "b", [1], misbehavior=None), "base")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from mirl.evaluate.stats.rates import bootstrap_ci, bootstrap_means, misbehavior_rates
+from mirl.evaluate.stats.rates import misbehavior_rates, stratified_means
 
 
 def samples(policy, misbehavior, judge, by_prefix):
@@ -56,18 +56,15 @@ def exact_bootstrap(table):
     return pmf
 
 
-def exact_values_and_clusters():
-    values, clusters = [], []
-    for p, (r, m) in EXACT.items():
-        values += [1.0] * r + [0.0] * (m - r)
-        clusters += [p] * m
-    return np.array(values), clusters
+def exact_samples():
+    return samples("base", "loop", "j", {p: [True] * r + [False] * (m - r) for p, (r, m) in EXACT.items()})
 
 
 def test_the_bootstrap_distribution_matches_every_resample_enumerated():
     pmf = exact_bootstrap(EXACT)
     n_boot = 40_000
-    means = bootstrap_means(*exact_values_and_clusters(), n_boot=n_boot, seed=0)
+    shares = np.array([r / m for r, m in EXACT.values()])
+    means = stratified_means([shares], n_boot, np.random.default_rng(0))
     atoms = np.array([float(a) for a in pmf])
     # every draw is one of the exact shares (the mean of four prefixes'), each as often as enumerated
     nearest = np.abs(means[:, None] - atoms[None, :]).argmin(axis=1)
@@ -84,7 +81,8 @@ def test_the_bootstrap_distribution_matches_every_resample_enumerated():
 @pytest.mark.parametrize("level", [0.5, 0.8, 0.95])
 def test_the_interval_is_the_exact_bootstraps_percentiles(level):
     pmf = sorted(exact_bootstrap(EXACT).items())
-    low, high = bootstrap_ci(*exact_values_and_clusters(), n_boot=40_000, seed=1, level=level)
+    row = misbehavior_rates(exact_samples(), n_boot=40_000, seed=1, level=level).iloc[0]
+    low, high = row.ci_low, row.ci_high
     alpha, tol = (1 - level) / 2, 0.01
 
     def below(x, strict):
@@ -194,3 +192,23 @@ def test_the_mean_rate_weighs_each_misbehavior_alike():
     assert mean["ci_low"] < mean["rate"] < mean["ci_high"]
     with pytest.raises(ValueError, match="mean over the misbehaviors"):
         misbehavior_rates(samples("base", "all", "j", {"A": [True]}), overall=True)
+
+
+def test_the_mean_rate_draws_prefixes_within_each_misbehavior():
+    """A misbehavior always repeated and one never: every draw within each keeps the mean rate at 1/2
+    (a draw of prefixes across misbehaviors would move it, and widen the interval)."""
+    rows = (samples("base", "always", "j", {f"A{i}": [True, True] for i in range(3)})
+            + samples("base", "never", "j", {f"N{i}": [False, False] for i in range(9)}))
+    mean = misbehavior_rates(rows, n_boot=500, overall=True).set_index("misbehavior").loc["all"]
+    assert (mean["rate"], mean["ci_low"], mean["ci_high"]) == (0.5, 0.5, 0.5)
+
+
+def test_each_policys_mean_rate_is_over_the_misbehaviors_every_policy_was_measured_on():
+    rows = (samples("base", "m1", "j", {"a": [True, False], "b": [True, False]})
+            + samples("base", "m2", "j", {"c": [False, False], "d": [False, False]})
+            + samples("mirl", "m1", "j", {"a": [True, False], "b": [False, True]})
+            + samples("mirl", "m2", "j", {"c": [None, None], "d": [None]}))  # its judge failed on every m2 sample
+    table = misbehavior_rates(rows, n_boot=200, overall=True)
+    mean = table[table.misbehavior == "all"].set_index("policy")
+    assert mean.loc["base", "rate"] == 0.5 and mean.loc["mirl", "rate"] == 0.5  # both over m1 alone
+    assert mean.loc["base", "n_prefixes"] == 2 and mean.loc["mirl", "n_failed"] == 3  # its failures stay visible
