@@ -28,6 +28,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from mirl.evaluate.stats.rates import stratified_means
+
 
 def _paired(base: Mapping[str, Sequence[float]], policy: Mapping[str, Sequence[float]]):
     keys = sorted(set(base) & set(policy), key=repr)  # ids as given: 1 and "1" are two prefixes
@@ -72,13 +74,8 @@ def stratified_reduction(base: Mapping[str, Mapping[str, Sequence[float]]],
              "samples_base": nb, "samples": n_p}
     if any(len(b) < 2 for b, _ in strata):  # a lone prefix, drawn the same every time, would narrow it: no interval
         return {**point, "ci_low": math.nan, "ci_high": math.nan, "boot_base_zero": math.nan}
-    rng = np.random.default_rng(seed)
-    db, dp = np.zeros(n_boot), np.zeros(n_boot)
-    for b, p in strata:
-        idx = rng.integers(0, len(b), size=(n_boot, len(b)))
-        db += b[idx].mean(axis=1)
-        dp += p[idx].mean(axis=1)
-    db, dp = db / len(strata), dp / len(strata)
+    paired = stratified_means([np.column_stack([b, p]) for b, p in strata], n_boot, np.random.default_rng(seed))
+    db, dp = paired[:, 0], paired[:, 1]
     with np.errstate(divide="ignore", invalid="ignore"):
         draws = np.where(db > 0, 1.0 - dp / db, np.where(dp > 0, -np.inf, 0.0))
     tail = (1 - level) / 2

@@ -45,8 +45,9 @@ def prefix_means(group: pd.DataFrame) -> dict[Any, float]:
 
 def stratified_means(strata: Sequence[np.ndarray], n_boot: int, rng: np.random.Generator) -> np.ndarray:
     """n_boot draws of the mean over strata of each stratum's mean, each stratum's values (per-prefix
-    rates) resampled with replacement within it."""
-    total = np.zeros(n_boot)
+    rates) resampled with replacement within it. A stratum of K x c values (e.g. a prefix's rate under
+    two policies) draws whole rows, so paired columns stay paired: the result is then n_boot x c."""
+    total = 0.0
     for values in strata:
         idx = rng.integers(0, len(values), size=(n_boot, len(values)))
         total += values[idx].mean(axis=1)
