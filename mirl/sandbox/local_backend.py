@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import select
 import shlex
 import shutil
 import socket
@@ -198,7 +199,13 @@ class Runner(Channel):
         self.proc.stderr.close()  # it writes nothing there once it runs
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        """Running, and its end of the control socket still open: a killed runner's socket closes while
+        it exits, a moment before `poll` can reap it (a command sent in that moment met a broken pipe)."""
+        if self.proc.poll() is not None:
+            return False
+        watch = select.poll()
+        watch.register(self.sock, 0)  # hang-up and error are reported whatever is asked for
+        return not any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in watch.poll(0))
 
     def close(self) -> None:
         try:

@@ -240,3 +240,22 @@ def test_a_command_missing_after_a_skipped_install_names_the_install_line(sandbo
                                    "RUN mirl-no-such-tool --version\n")
     with pytest.raises(SandboxError, match=r"line 4 failed \(exit 127\)(.|\n)*skipped the install line\(s\) 3"):
         sandbox.start(task)
+
+
+def test_a_runner_whose_socket_hung_up_is_not_alive_before_it_can_be_reaped():
+    """After `kill -9` of the runner its control socket closes while it exits, before `poll` can reap it:
+    the next command must start a new runner rather than write to the dead socket (a broken pipe)."""
+    import socket
+    import types
+
+    from mirl.sandbox.local_backend import Runner
+
+    host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    runner = Runner.__new__(Runner)
+    runner.sock, runner.proc = host, types.SimpleNamespace(poll=lambda: None)  # not reaped yet
+    try:
+        assert runner.alive()
+        child.close()
+        assert not runner.alive()
+    finally:
+        host.close()
