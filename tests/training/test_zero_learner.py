@@ -38,7 +38,7 @@ def run_check(tmp_path, stage: int, *extra: str) -> dict:
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400, cwd=tmp_path)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert proc.returncode == (0 if result["ok"] else 1)
+    assert proc.returncode == (0 if result["ok"] else 1), proc.stderr[-3000:]
     return result
 
 
