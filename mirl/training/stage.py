@@ -32,7 +32,7 @@ from mirl.agent.continuation import with_limits
 from mirl.jsonl import JsonlWriter, read_jsonl
 from mirl.llm.errors import BudgetExceeded
 from mirl.runner.devices import record_device_time
-from mirl.runner.inputs import TRAIN, EpisodeInputs, load_prefixes, task_pool, taxonomy_store
+from mirl.runner.inputs import HELDOUT, TRAIN, EpisodeInputs, load_prefixes, task_pool, taxonomy_store
 from mirl.runner.layout import atomic_write_json, atomic_write_jsonl
 from mirl.runner.progress import PROGRESS, Progress
 from mirl.runner.stage import Stage, StageError, run_own_loop
@@ -207,8 +207,18 @@ class TrainingStage(EpisodeInputs, Stage):
         if not pool:
             raise StageError("training: no start left to train from" + (" (" + "; ".join(
                 f"{n} left out: {why}" for why, n in skipped.items()) + ")" if skipped else
+                f" ({self.why_no_prefix()})" if self.params.training.start == "prefix" else
                 " (no kept prefixes or environments)"))
         return misbehaviors, pool, skipped
+
+    def why_no_prefix(self) -> str:
+        """Why stage 03 left no training prefix: with few prefixes, the held-out split can take them all."""
+        held = len(load_prefixes(self.run.root, HELDOUT))
+        if not held:
+            return "stage 03 kept no prefix"
+        return (f"stage 03 held out all {held} kept prefixes for evaluation (prefixes.heldout_per_misbehavior "
+                f"{self.params.prefixes.heldout_per_misbehavior}, set aside first): hold out fewer, or sample more "
+                "(prefixes.per_misbehavior, profiling.max_tasks, profiling.seeds)")
 
     def player(self, client, misbehaviors, envs: list[str] | None = None):
         from mirl.roles.behavior_judge import example_texts, judge_for

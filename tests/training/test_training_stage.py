@@ -285,3 +285,25 @@ def test_the_gpu_budget_stops_training_before_a_step(prefixed_run, bwrap_sandbox
     record_device_time(copy, "training", 1800.0, device="NVIDIA A100-SXM4-80GB", count=2)  # one GPU hour
     summary = run_training(params(gpu_budget_hours=1.0), copy, sandbox=bwrap_sandbox, tasks=[task], progress=False)
     assert summary["done"] == 0 and summary["stopped"] == "GPU budget: stage training used 1.00 of 1 GPU hours"
+
+
+def test_no_training_prefix_says_the_held_out_split_took_them_all(prefixed_run, bwrap_sandbox, tmp_path):
+    """A small profiling run's few prefixes can all go to the held-out split (set aside first): the
+    error names that split and the params that change it, not just 'no kept prefixes'."""
+    import shutil
+
+    from mirl.runner.stage import StageError
+    from mirl.training.stage import run_training
+
+    run, task, _ = prefixed_run
+    copy = RunDir(tmp_path / "run")
+    shutil.copytree(run.root, copy.root, ignore=shutil.ignore_patterns("training"))
+    train, held = copy.file("prefixes", "train.jsonl"), copy.file("prefixes", "heldout.jsonl")
+    n = len(read_jsonl(train)[0])
+    held.write_text(train.read_text())
+    train.write_text("")
+    with pytest.raises(StageError, match=rf"held out all {n} kept prefixes .*prefixes\.heldout_per_misbehavior 0"):
+        run_training(params(), copy.root, sandbox=bwrap_sandbox, tasks=[task], progress=False)
+    held.write_text("")
+    with pytest.raises(StageError, match="stage 03 kept no prefix"):
+        run_training(params(), copy.root, sandbox=bwrap_sandbox, tasks=[task], progress=False)
