@@ -213,7 +213,10 @@ class TrainingStage(EpisodeInputs, Stage):
 
     def why_no_prefix(self) -> str:
         """Why stage 03 left no training prefix: with few prefixes, the held-out split can take them all."""
-        held = len(load_prefixes(self.run.root, HELDOUT))
+        try:
+            held = len(load_prefixes(self.run.root, HELDOUT))
+        except FileNotFoundError:  # a run from before the split
+            held = 0
         if not held:
             return "stage 03 kept no prefix"
         return (f"stage 03 held out all {held} kept prefixes for evaluation (prefixes.heldout_per_misbehavior "
