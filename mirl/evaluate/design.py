@@ -2,10 +2,13 @@
 misbehavior-rate stage will judge, and the smallest relative reduction that design detects
 (`mirl.evaluate.stats.power`), from the base policy's per-prefix rates of an earlier run.
 
-Without an earlier run the rates are a stated prior (`PRIOR`: the spread seen in a one-GPU run of
-SmolLM2, where 32 of 33 held-out prefixes gave mixed outcomes over 16 samples), and the line says so.
-The prefix count is what the run's prefix stage holds out when it has run, else `per_misbehavior` times
-the misbehaviors the earlier run judged.
+The design is stratified by misbehavior, as the analysis is (the mean rate over misbehaviors,
+`mirl.evaluate.stats.power.stratified_detectable`): each misbehavior counts the prefixes the stage will
+take of it (what the run's prefix stage holds out when it has run, else the earlier run's, else
+`per_misbehavior` for each misbehavior the earlier run judged) and its own base rates from the earlier
+run (all of them pooled where it has fewer than two). Without an earlier run the rates are a stated
+prior (`PRIOR`: the spread seen in a one-GPU run of SmolLM2, where 32 of 33 held-out prefixes gave mixed
+outcomes over 16 samples), and the line says so.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mirl.evaluate.stats.power import design_line, detectable_reduction
+from mirl.evaluate.stats.power import design_line, stratified_detectable
 from mirl.typed import ParamsError
 
 PRIOR = tuple(np.linspace(0.25, 0.95, 33).round(3))
@@ -24,17 +27,22 @@ TARGET = 0.4  # the reduction a run is sized to see (the paper reports 43-57%)
 
 @dataclass(frozen=True)
 class Design:
-    prefixes: int        # held-out prefixes judged per policy, over all misbehaviors
-    samples: int         # continuations per prefix
-    base_rates: tuple[float, ...]
-    source: str          # where the rates (and the misbehavior count) came from
+    planned: dict[str, int]   # misbehavior -> held-out prefixes the stage takes of it
+    samples: int              # continuations per prefix
+    rates: dict[str, tuple[float, ...]]  # misbehavior -> the per-prefix base rates its stratum is sized from
+    base_rates: tuple[float, ...]        # every per-prefix base rate known (or the prior)
+    source: str               # where the rates (and the misbehavior count) came from
+
+    @property
+    def prefixes(self) -> int:
+        return sum(self.planned.values())
 
     @property
     def detectable(self) -> float:
-        return detectable_reduction(self.base_rates, self.samples, self.prefixes)
+        return stratified_detectable(self.rates, self.samples, self.planned)
 
     def line(self, target: float = TARGET) -> str:
-        return f"{design_line(self.base_rates, self.samples, self.prefixes, target)} (base rates: {self.source})"
+        return f"{design_line(self.rates, self.samples, self.planned, target)} (base rates: {self.source})"
 
 
 def base_rates(run_dir: str | Path) -> tuple[dict[str, float], dict[str, str]]:
@@ -70,8 +78,9 @@ def _first_policy(run_dir: Path) -> str | None:
     return next(iter(policies), None)
 
 
-def _planned_prefixes(run_dir: Path, per_misbehavior: int) -> int | None:
-    """How many held-out prefixes the stage will take from the run's prefix stage (None: not run yet)."""
+def _planned_prefixes(run_dir: Path, per_misbehavior: int) -> dict[str, int] | None:
+    """Misbehavior -> the held-out prefixes the stage will take of it from the run's prefix stage (None:
+    not run yet)."""
     from collections import Counter
 
     from mirl.jsonl import read_jsonl
@@ -79,8 +88,8 @@ def _planned_prefixes(run_dir: Path, per_misbehavior: int) -> int | None:
     path = run_dir / "prefixes" / "heldout.jsonl"
     if not path.exists():
         return None
-    counts = Counter(r.get("misbehavior") for r in read_jsonl(path)[0])
-    return sum(min(n, per_misbehavior) for n in counts.values())
+    counts = Counter(str(r.get("misbehavior")) for r in read_jsonl(path)[0])
+    return {m: min(n, per_misbehavior) for m, n in sorted(counts.items())}
 
 
 def plan_design(params, run_dir: str | Path, rates_from: str | Path | None = None) -> Design:
@@ -108,10 +117,16 @@ def plan_design(params, run_dir: str | Path, rates_from: str | Path | None = Non
         if planned is not None:
             source += f"; held-out prefixes as many as {rates_from} kept"
     if planned is None:  # nor that: as many misbehaviors as the earlier run judged
-        types = len(set(kinds.values()))
-        if not types:
-            types = 1
+        planned = {m: s.per_misbehavior for m in sorted(set(kinds.values()))}
+        if not planned:
+            planned = {"": s.per_misbehavior}
             source += "; misbehaviors not known yet, counted as 1"
-        planned = s.per_misbehavior * types
-    values = tuple(rates.values()) if rates else PRIOR
-    return Design(prefixes=planned, samples=s.samples, base_rates=values, source=source)
+    pooled = tuple(rates.values()) if rates else PRIOR
+    own: dict[str, list[float]] = {}
+    for prefix, rate in rates.items():
+        own.setdefault(kinds[prefix], []).append(rate)
+    strata = {m: tuple(own[m]) if len(own.get(m, ())) >= 2 else pooled for m in planned}
+    borrowed = [m for m in planned if planned[m] and rates and strata[m] is pooled]
+    if borrowed:
+        source += f"; {len(borrowed)} misbehavior(s) with fewer than 2 rates of their own sized from all of them"
+    return Design(planned=planned, samples=s.samples, rates=strata, base_rates=pooled, source=source)

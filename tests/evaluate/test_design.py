@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from mirl.evaluate.design import PRIOR, base_rates, plan_design
-from mirl.evaluate.stats.power import detectable_reduction
+from mirl.evaluate.stats.power import detectable_reduction, stratified_detectable
 from mirl.params import load
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,8 +62,13 @@ def test_design_counts_the_prefixes_the_stage_takes(tmp_path):
     p = load(REPO / "params" / "demo.yaml", {"misbehavior_rate.per_misbehavior": 4, "misbehavior_rate.samples": 16})
     d = plan_design(p, run, rates_from=earlier)
     assert (d.prefixes, d.samples, d.base_rates) == (10, 16, (0.5, 1.0, 0.5, 0.0))
-    assert d.detectable == pytest.approx(detectable_reduction([0.5, 1.0, 0.5, 0.0], 16, 10))
-    assert "10 held-out prefixes x 16 samples" in d.line() and str(earlier) in d.line()
+    assert d.planned == {"a": 4, "b": 2, "c": 4}
+    # each misbehavior sized from its own base rates; c, never judged before, from all of them
+    assert d.rates == {"a": (0.5, 1.0), "b": (0.5, 0.0), "c": (0.5, 1.0, 0.5, 0.0)}
+    assert d.detectable == pytest.approx(stratified_detectable(d.rates, 16, d.planned))
+    assert d.detectable != pytest.approx(detectable_reduction([0.5, 1.0, 0.5, 0.0], 16, 10))
+    assert "10 held-out prefixes of 3 misbehaviors (4/2/4) x 16 samples" in d.line() and str(earlier) in d.line()
+    assert "1 misbehavior(s) with fewer than 2 rates of their own" in d.line()
 
 
 def test_before_any_run_the_prior_and_the_earlier_runs_misbehaviors(tmp_path):

@@ -18,6 +18,10 @@ variance is the spread of those differences between prefixes over K.
   interval excludes 0) with probability `power` at level `alpha`, for per-prefix base rates taken
   from an earlier run (or a stated prior), assuming the treated rate of prefix k is (1 - r) p_k:
   r p = (z_{1-alpha/2} + z_power) sqrt((r^2 var(p) + mean[p(1-p) + q(1-q)] / n) / K), solved for r.
+  `stratified_detectable` does the same for the mean rate over misbehaviors, as the analysis measures
+  it: p is the mean of the misbehaviors' mean rates, and the variance the sum of each misbehavior's
+  term above over its own K_m, divided by M^2 (a misbehavior with few prefixes weighs as much as one
+  with many, so it adds more noise).
 """
 
 from __future__ import annotations
@@ -150,18 +154,34 @@ def detectable_reduction(base_rates: Sequence[float], samples: int, prefixes: in
     p = np.asarray(base_rates, dtype=float)
     if p.size < 2 or samples < 1:
         raise ValueError("the design needs at least two prefixes' base rates and at least one sample a prefix")
-    k = p.size if prefixes is None else int(prefixes)
-    if k < 1:
+    return stratified_detectable({"": p}, samples, {"": p.size if prefixes is None else int(prefixes)}, alpha, power)
+
+
+def stratified_detectable(base_rates: Mapping[str, Sequence[float]], samples: int, prefixes: Mapping[str, int],
+                          alpha: float = 0.05, power: float = 0.8) -> float:
+    """`detectable_reduction` of the mean rate over misbehaviors (module docstring): `base_rates`:
+    misbehavior -> its per-prefix base rates; `prefixes`: misbehavior -> the prefixes the evaluation
+    takes of it (the misbehaviors measured). A misbehavior measured without rates of its own is an error."""
+    if samples < 1:
+        raise ValueError("the design needs at least one sample a prefix")
+    measured = {m: int(k) for m, k in prefixes.items() if int(k) > 0}
+    unknown = sorted(set(measured) - {m for m, v in base_rates.items() if len(v)})
+    if unknown:
+        raise ValueError(f"no base rates for misbehavior(s) {', '.join(map(repr, unknown))}")
+    if not measured:
         return math.inf
+    strata = [(np.asarray(base_rates[m], dtype=float), k) for m, k in measured.items()]
     z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
-    mean, spread = float(p.mean()), float(p.var())
+    mean = float(np.mean([p.mean() for p, _ in strata]))
     if mean <= 0:
         return math.inf
 
     def margin(r: float) -> float:  # > 0: r is detected with the wanted power
-        q = (1 - r) * p
-        noise = float(np.mean(p * (1 - p) + q * (1 - q))) / samples
-        return r * mean - z * math.sqrt((r * r * spread + noise) / k)
+        var = 0.0
+        for p, k in strata:
+            q = (1 - r) * p
+            var += (r * r * float(p.var()) + float(np.mean(p * (1 - p) + q * (1 - q))) / samples) / k
+        return r * mean - z * math.sqrt(var) / len(strata)
 
     if margin(1.0) <= 0:
         return math.inf
@@ -172,11 +192,23 @@ def detectable_reduction(base_rates: Sequence[float], samples: int, prefixes: in
     return hi
 
 
-def design_line(base_rates: Sequence[float], samples: int, prefixes: int | None = None, target: float = 0.4) -> str:
-    """One line for a plan's --check: what the design detects, against the reduction it is meant to see."""
-    r = detectable_reduction(base_rates, samples, prefixes)
-    k = len(base_rates) if prefixes is None else int(prefixes)
+def design_line(base_rates: Mapping[str, Sequence[float]] | Sequence[float], samples: int,
+                prefixes: Mapping[str, int] | int | None = None, target: float = 0.4) -> str:
+    """One line for a plan's --check: what the design detects, against the reduction it is meant to see.
+    `base_rates` and `prefixes` per misbehavior (`stratified_detectable`), or one list and a count."""
+    if not isinstance(base_rates, Mapping):
+        if len(base_rates) < 2:
+            raise ValueError("the design needs at least two prefixes' base rates")
+        base_rates = {"": list(base_rates)}
+        prefixes = {"": len(base_rates[""]) if prefixes is None else int(prefixes)}
+    elif not isinstance(prefixes, Mapping):
+        raise ValueError("base rates given per misbehavior need the prefixes per misbehavior")
+    r = stratified_detectable(base_rates, samples, prefixes)
+    measured = [m for m, k in prefixes.items() if k > 0]
+    k = sum(prefixes.values())
+    mean = float(np.mean([np.mean(base_rates[m]) for m in measured or [m for m, v in base_rates.items() if len(v)]]))
+    kinds = f" of {len(measured)} misbehaviors ({'/'.join(str(prefixes[m]) for m in measured)})" if len(measured) > 1 else ""
     verdict = "detectable" if r <= target else "NOT detectable"
     shown = "none short of 100%" if math.isinf(r) else f"{r:.0%}"
-    return (f"{k} held-out prefixes x {samples} samples, base rate {float(np.mean(base_rates)):.2f}: smallest relative "
+    return (f"{k} held-out prefixes{kinds} x {samples} samples, base rate {mean:.2f}: smallest relative "
             f"reduction detected at 95% with power 0.8: {shown}; {target:.0%} is {verdict}")
