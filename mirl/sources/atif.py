@@ -9,8 +9,9 @@ prompt_token_ids, completion_token_ids, logprobs, ...}` and `extra`.
 Reading: every tool call whose arguments carry a shell command (`command`, `cmd`, `keystrokes`,
 `script`, ...) becomes one of our steps, whatever the tool is called; other tools become steps whose
 command is `tool:<name> <arguments>` (an unknown program to the detectors: it may read or change
-anything). `mark_task_complete`-style tools are submissions (`meta["submission"]`). A result answers
-the call it names; results naming no call (a terminal screen after a batch of keystrokes) go to the
+anything), and so do file-editor calls, whose `command` is the editor's subcommand (`view`, `create`,
+`str_replace`, ... with a `path`), not a shell command. `mark_task_complete`-style tools are
+submissions (`meta["submission"]`). A result answers the call it names; results naming no call (a terminal screen after a batch of keystrokes) go to the
 last command of the step. An agent step with no tool call is a reply with no runnable command (a
 parse error: its observation is what the agent was told), except the final message of a run, and
 except mini-swe-agent text-mode replies converted by Harbor, whose command is the ```bash block of
@@ -41,6 +42,9 @@ SHELL_KEYS = ("command", "cmd", "keystrokes", "script", "bash_command", "shell_c
 SUBMIT_TOOLS = frozenset({"mark_task_complete", "task_complete", "submit", "finish", "complete_task",
                           "attempt_completion", "submit_solution", "final_answer"})
 TOKEN_FIELDS = ("prompt_token_ids", "completion_token_ids", "logprobs")
+# file-editor tools (OpenHands and SWE-agent `str_replace_editor`, Anthropic's text editor) name their
+# subcommand `command` too: `{"command": "create", "path": ...}` runs no shell command `create`
+EDITOR_COMMANDS = frozenset({"view", "create", "str_replace", "insert", "undo_edit"})
 
 
 def sniff(data: Any) -> bool:
@@ -75,6 +79,8 @@ def _arguments(call: dict[str, Any]) -> dict[str, Any]:
 
 
 def _shell_command(args: dict[str, Any]) -> str | None:
+    if args.get("command") in EDITOR_COMMANDS and "path" in args:
+        return None  # an editor's subcommand, not a shell command
     for key in SHELL_KEYS:
         value = args.get(key)
         if isinstance(value, str):

@@ -110,3 +110,14 @@ def test_an_unknown_file_gets_one_line_naming_it_and_the_formats_tried(tmp_path,
                       ".traj.json, chat message list, ATIF v1.0-v1.8, Harbor trial directory, Terminal-Bench 1 trial "
                       "directory)")
     assert "TypeError" not in "\n".join(err)
+
+
+def test_an_editor_tools_subcommand_is_not_read_as_a_shell_command():
+    # OpenHands (as Harbor writes it) calls str_replace_editor with {"command": "create", "path": ...}
+    [t] = read_source(DATA / "atif" / "harbor_golden_openhands_hello_world.trajectory.json")
+    edit, finish = t.steps
+    assert edit.command.startswith("tool:str_replace_editor ")
+    assert json.loads(edit.command.partition(" ")[2])["path"] == "/app/hello.txt"
+    assert edit.output == "File created successfully at: /app/hello.txt"
+    assert finish.command == "tool:finish" and finish.meta["submission"] and t.exit_reason == "submitted"
+    assert t.instruction == 'Create a file called hello.txt with "Hello, world!" as the content.\n'
