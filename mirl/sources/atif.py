@@ -11,11 +11,14 @@ Reading: every tool call whose arguments carry a shell command (`command`, `cmd`
 command is `tool:<name> <arguments>` (an unknown program to the detectors: it may read or change
 anything), and so do file-editor calls, whose `command` is the editor's subcommand (`view`, `create`,
 `str_replace`, ... with a `path`), not a shell command. `mark_task_complete`-style tools are
-submissions (`meta["submission"]`). A result answers the call it names; results naming no call (a terminal screen after a batch of keystrokes) go to the
-last command of the step. An agent step with no tool call is a reply with no runnable command (a
-parse error: its observation is what the agent was told), except the final message of a run, and
-except mini-swe-agent text-mode replies converted by Harbor, whose command is the ```bash block of
-the message. Exit codes are known only where the output is mini-swe-agent's rendered template.
+submissions (`meta["submission"]`). A result answers the call it names; results naming no call (a
+terminal screen after a batch of keystrokes) go to the last command of the step. An agent step with
+no tool call is a reply with no runnable command (a parse error: its observation is what the agent
+was told), except the final message of a run, mini-swe-agent text-mode replies converted by Harbor,
+whose command is the ```bash block of the message, and Terminus-2 replies kept raw (its
+`raw_content` option: the reply's JSON or XML as the model wrote it, no tool calls), whose
+`keystrokes` and `task_complete` are read as the tool calls Terminus-2 writes otherwise. Exit codes
+are known only where the output is mini-swe-agent's rendered template.
 
 Writing: one agent step per reply, the command as a `bash` call, its output as the result, token
 counts, token ids and logprobs in `metrics`; our fields the format has no slot for ride in
@@ -45,6 +48,9 @@ TOKEN_FIELDS = ("prompt_token_ids", "completion_token_ids", "logprobs")
 # file-editor tools (OpenHands and SWE-agent `str_replace_editor`, Anthropic's text editor) name their
 # subcommand `command` too: `{"command": "create", "path": ...}` runs no shell command `create`
 EDITOR_COMMANDS = frozenset({"view", "create", "str_replace", "insert", "undo_edit"})
+# what Terminus-2 answers a reply it could not parse with (the reply ran nothing)
+TERMINUS_PARSE_ERROR = "Previous response had parsing errors"
+_XML_KEYSTROKES = re.compile(r"<keystrokes[^>]*>(.*?)</keystrokes>", re.DOTALL)
 
 
 def sniff(data: Any) -> bool:
@@ -115,6 +121,55 @@ def _output(step: Step, content: str) -> None:
         step.output = content
         if step.command and SUBMIT_MARKER in step.command:  # mini-swe-agent 1.x answers with the submission alone
             step.output, step.exit_code = f"{SUBMIT_MARKER}\n{content}", 0
+
+
+def _terminus_reply(message: str, parser: str) -> tuple[list[str], bool, str] | None:
+    """Keystrokes, task_complete and "Analysis: ...\nPlan: ..." of a raw Terminus-2 reply (its JSON or
+    XML response format), or None when the reply is not one."""
+    if parser != "xml" and "{" in message:
+        try:
+            obj = json.loads(message[message.index("{"): message.rindex("}") + 1])
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and isinstance(obj.get("commands", []), list) and \
+                ("commands" in obj or "task_complete" in obj):
+            keys = [c["keystrokes"] for c in obj.get("commands") or []
+                    if isinstance(c, dict) and isinstance(c.get("keystrokes"), str)]
+            done = obj.get("task_complete")
+            done = done.strip().lower() in ("true", "1", "yes") if isinstance(done, str) else bool(done)
+            parts = [f"{k.title()}: {obj[k]}" for k in ("analysis", "plan") if isinstance(obj.get(k), str) and obj[k]]
+            return keys, done, "\n".join(parts)
+    if parser != "json" and "<response>" in message:
+        body = message.split("<response>", 1)[1].split("</response>", 1)[0]
+        commands = re.search(r"<commands>(.*?)</commands>", body, re.DOTALL)
+        keys = _XML_KEYSTROKES.findall(commands.group(1)) if commands else []
+        done = re.search(r"<task_complete>\s*true\s*</task_complete>", body, re.I) is not None
+        parts = []
+        for k in ("analysis", "plan"):
+            m = re.search(rf"<{k}>(.*?)</{k}>", body, re.DOTALL)
+            if m and m.group(1).strip():
+                parts.append(f"{k.title()}: {m.group(1).strip()}")
+        return keys, done, "\n".join(parts)
+    return None
+
+
+def _terminus_raw_step(raw: dict[str, Any], parser: str) -> dict[str, Any] | None:
+    """A Terminus-2 step kept raw, rewritten with the tool calls Terminus-2 writes when not raw."""
+    message = _text(raw.get("message"))
+    results = (raw.get("observation") or {}).get("results") or []
+    if any(isinstance(r, dict) and _text(r.get("content")).startswith(TERMINUS_PARSE_ERROR) for r in results):
+        return None  # the reply was refused: no command ran
+    parsed = _terminus_reply(message, parser)
+    if parsed is None:
+        return None
+    keys, done, reasoning = parsed
+    sid = raw.get("step_id")
+    calls = [{"tool_call_id": f"call_{sid}_{k + 1}", "function_name": "bash_command", "arguments": {"keystrokes": ks}}
+             for k, ks in enumerate(keys)]
+    if done:
+        calls.append({"tool_call_id": f"call_{sid}_task_complete", "function_name": "mark_task_complete",
+                      "arguments": {}})
+    return {**raw, "message": reasoning, "tool_calls": calls}
 
 
 def _agent_steps(raw: dict[str, Any], mini_text: bool, last: bool) -> list[Step]:
@@ -208,6 +263,8 @@ def read(data: dict[str, Any], task: str = "") -> Trajectory:
     agent = data.get("agent") if isinstance(data.get("agent"), dict) else {}
     original = str((agent.get("extra") or {}).get("original_format") or "")
     mini_text = "mini-swe-agent" in str(agent.get("name", "")) and not any(s.get("tool_calls") for s in raw_steps)
+    terminus = str(agent.get("name", "")).startswith("terminus")
+    parser = str(agent["extra"].get("parser") or "") if isinstance(agent.get("extra"), dict) else ""
     instruction, steps, final = "", [], ""
     agent_ids = [i for i, s in enumerate(raw_steps) if s.get("source") == "agent"]
     for i, raw in enumerate(raw_steps):
@@ -216,7 +273,12 @@ def read(data: dict[str, Any], task: str = "") -> Trajectory:
             continue
         if raw.get("source") != "agent" or raw.get("is_copied_context"):
             continue
+        message = _text(raw.get("message"))
+        if terminus and not raw.get("tool_calls"):
+            raw = _terminus_raw_step(raw, parser) or raw
         got = _agent_steps(raw, mini_text, last=bool(agent_ids) and i == agent_ids[-1])
+        if got and raw.get("message") != message:
+            got[0].raw = message  # the reply as the model wrote it
         if not got:
             final = _text(raw.get("message"))
             continue

@@ -121,3 +121,25 @@ def test_an_editor_tools_subcommand_is_not_read_as_a_shell_command():
     assert edit.output == "File created successfully at: /app/hello.txt"
     assert finish.command == "tool:finish" and finish.meta["submission"] and t.exit_reason == "submitted"
     assert t.instruction == 'Create a file called hello.txt with "Hello, world!" as the content.\n'
+
+
+LINEAR = DATA / "atif" / "harbor_golden_terminus2_linear_history"
+
+
+def test_terminus_replies_kept_raw_are_read_as_their_keystrokes(tmp_path):
+    # Terminus-2's raw_content option keeps the model's JSON reply as the message, with no tool calls
+    [t] = read_source(LINEAR / "trajectory.cont-1.json")
+    assert [s.command for s in t.steps] == ["printf 'Hello, world!\\n' > hello.txt", "cat hello.txt",
+                                            "tool:mark_task_complete", "tool:mark_task_complete"]
+    assert t.steps[1].output.endswith("# cat hello.txt\nHello, world!\n\n\n") and t.exit_reason == "submitted"
+    assert t.steps[0].reasoning.startswith("Analysis: Based on the handoff") and t.steps[0].raw.startswith("{")
+    # the XML response format (a file that does not name its parser), and a reply refused as unparsable
+    doc = json.loads((LINEAR / "trajectory.json").read_text())
+    del doc["agent"]["extra"]["parser"]
+    doc["steps"][1]["message"] = ("<response><analysis>empty</analysis><plan>look</plan><commands>"
+                                  "<keystrokes duration=\"0.1\">ls -la\n</keystrokes></commands></response>")
+    doc["steps"][2]["observation"]["results"][0]["content"] = "Previous response had parsing errors:\nERROR: x"
+    (tmp_path / "trajectory.json").write_text(json.dumps(doc))
+    [x] = read_source(tmp_path / "trajectory.json")
+    assert [s.command for s in x.steps] == ["ls -la", None, "echo 'test2' > test_dir/file2.txt"]
+    assert x.steps[0].reasoning == "Analysis: empty\nPlan: look"
