@@ -18,7 +18,9 @@ was told), except the final message of a run, mini-swe-agent text-mode replies c
 whose command is the ```bash block of the message, and Terminus-2 replies kept raw (its
 `raw_content` option: the reply's JSON or XML as the model wrote it, no tool calls), whose
 `keystrokes` and `task_complete` are read as the tool calls Terminus-2 writes otherwise. Exit codes
-are known only where the output is mini-swe-agent's rendered template.
+are known only where the output is mini-swe-agent's rendered template. A file whose root names a
+`continued_trajectory_ref` (Terminus-2's `linear_history`: `trajectory.cont-1.json`, ...) is one
+episode with the files it names (`read_continuations`, called where the file's path is known).
 
 Writing: one agent step per reply, the command as a `bash` call, its output as the result, token
 counts, token ids and logprobs in `metrics`; our fields the format has no slot for ride in
@@ -30,6 +32,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import mirl
@@ -299,6 +302,38 @@ def read(data: dict[str, Any], task: str = "") -> Trajectory:
                       models={"policy": model} if isinstance(model, str) and model else {},
                       instruction=instruction, steps=steps, exit_reason="submitted" if submitted else "",
                       meta=meta)
+
+
+def read_continuations(path: Path, data: dict[str, Any], traj: Trajectory) -> Trajectory:
+    """Follow `continued_trajectory_ref`: Terminus-2's `linear_history` ends `trajectory.json` at a
+    context summarization and goes on in `trajectory.cont-1.json` (and so on), each naming the next.
+    Their steps are appended to `traj`; a continuation that is missing is an error, not a short run."""
+    seen = {path.resolve()}
+    ref = data.get("continued_trajectory_ref")
+    while isinstance(ref, str) and ref:
+        nxt = path.parent / ref
+        if nxt.resolve() in seen:
+            raise TrajectoryFileError(f"continued_trajectory_ref {ref!r} loops back to a file already read")
+        if not nxt.is_file():
+            raise TrajectoryFileError(f"the episode continues in {ref} (its continued_trajectory_ref), "
+                                      f"which is not next to it")
+        seen.add(nxt.resolve())
+        try:
+            data = json.loads(nxt.read_text(encoding="utf-8", errors="replace"))
+        except ValueError:
+            raise TrajectoryFileError(f"its continuation {ref} is not valid JSON") from None
+        if not sniff(data):
+            raise TrajectoryFileError(f"its continuation {ref} is not an ATIF file")
+        more = read(data)
+        traj.steps += more.steps
+        if more.exit_reason:
+            traj.exit_reason = more.exit_reason
+        if more.meta.get("final_message"):
+            traj.meta["final_message"] = more.meta["final_message"]
+        traj.meta.setdefault("continuations", []).append(ref)
+        path = nxt
+        ref = data.get("continued_trajectory_ref")
+    return traj
 
 
 # --- writing ------------------------------------------------------------------------------------

@@ -49,7 +49,10 @@ def read_document(path: Path, data: Any) -> Trajectory:
     for reader in (atif, miniswe, jsonl):
         if reader.sniff(data):
             try:
-                return reader.read(data, task=_name(path))
+                traj = reader.read(data, task=_name(path))
+                if reader is atif:
+                    atif.read_continuations(path, data, traj)
+                return traj
             except TrajectoryFileError as e:
                 raise TrajectoryFileError(f"{path}: {e}") from None
             except (KeyError, TypeError, AttributeError, ValueError) as e:

@@ -135,7 +135,7 @@ def test_terminus_replies_kept_raw_are_read_as_their_keystrokes(tmp_path):
     assert t.steps[0].reasoning.startswith("Analysis: Based on the handoff") and t.steps[0].raw.startswith("{")
     # the XML response format (a file that does not name its parser), and a reply refused as unparsable
     doc = json.loads((LINEAR / "trajectory.json").read_text())
-    del doc["agent"]["extra"]["parser"]
+    del doc["agent"]["extra"]["parser"], doc["continued_trajectory_ref"]
     doc["steps"][1]["message"] = ("<response><analysis>empty</analysis><plan>look</plan><commands>"
                                   "<keystrokes duration=\"0.1\">ls -la\n</keystrokes></commands></response>")
     doc["steps"][2]["observation"]["results"][0]["content"] = "Previous response had parsing errors:\nERROR: x"
@@ -143,3 +143,24 @@ def test_terminus_replies_kept_raw_are_read_as_their_keystrokes(tmp_path):
     [x] = read_source(tmp_path / "trajectory.json")
     assert [s.command for s in x.steps] == ["ls -la", None, "echo 'test2' > test_dir/file2.txt"]
     assert x.steps[0].reasoning == "Analysis: empty\nPlan: look"
+
+
+def test_a_linear_history_episode_goes_on_in_the_continuation_files(tmp_path, capsys):
+    # Terminus-2's linear_history ends trajectory.json at a summarization; continued_trajectory_ref names the rest
+    [t] = read_source(LINEAR / "trajectory.json")
+    assert [s.command for s in t.steps] == [
+        "mkdir test_dir", "echo 'test1' > test_dir/file1.txt", "echo 'test2' > test_dir/file2.txt",
+        "printf 'Hello, world!\\n' > hello.txt", "cat hello.txt", "tool:mark_task_complete", "tool:mark_task_complete"]
+    assert t.exit_reason == "submitted" and t.meta["continuations"] == ["trajectory.cont-1.json"]
+    # a Harbor trial holding them reads the same episode; a directory search finds it once
+    trial = tmp_path / "jobs" / "j" / "hello-world__abc"
+    shutil.copytree(LINEAR, trial / "agent")
+    shutil.copy(JOB / "django__django-16255__0000000" / "result.json", trial / "result.json")
+    assert find_sources([tmp_path]) == [trial]
+    assert [s.command for s in read_source(trial)[0].steps] == [s.command for s in t.steps]
+    assert main(["detect", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith("1 file(s), 1 trajectories, 7 steps")
+    # a continuation that is missing is an error naming it, not a shorter episode
+    (trial / "agent" / "trajectory.cont-1.json").unlink()
+    with pytest.raises(TrajectoryFileError, match=r"trajectory.json: the episode continues in trajectory.cont-1.json"):
+        read_source(trial / "agent" / "trajectory.json")
