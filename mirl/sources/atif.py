@@ -15,10 +15,11 @@ submissions (`meta["submission"]`). A result answers the call it names; results 
 terminal screen after a batch of keystrokes) go to the last command of the step. An agent step with
 no tool call is a reply with no runnable command (a parse error: its observation is what the agent
 was told), except the final message of a run, mini-swe-agent text-mode replies converted by Harbor,
-whose command is the ```bash block of the message, and Terminus-2 replies kept raw (its
-`raw_content` option: the reply's JSON or XML as the model wrote it, no tool calls), whose
-`keystrokes` and `task_complete` are read as the tool calls Terminus-2 writes otherwise. Exit codes
-are known only where the output is mini-swe-agent's rendered template. A file whose root names a
+whose command is the ```bash block of the message, replies holding OpenHands' text form of tool
+calls (`<function=execute_bash><parameter=command>...`), read as those calls, and Terminus-2
+replies kept raw (its `raw_content` option: the reply's JSON or XML as the model wrote it, no tool
+calls), whose `keystrokes` and `task_complete` are read as the tool calls Terminus-2 writes
+otherwise. Exit codes are known only where the output is mini-swe-agent's rendered template. A file whose root names a
 `continued_trajectory_ref` (Terminus-2's `linear_history`: `trajectory.cont-1.json`, ...) is one
 episode with the files it names (`read_continuations`, called where the file's path is known).
 
@@ -54,6 +55,9 @@ EDITOR_COMMANDS = frozenset({"view", "create", "str_replace", "insert", "undo_ed
 # what Terminus-2 answers a reply it could not parse with (the reply ran nothing)
 TERMINUS_PARSE_ERROR = "Previous response had parsing errors"
 _XML_KEYSTROKES = re.compile(r"<keystrokes[^>]*>(.*?)</keystrokes>", re.DOTALL)
+# OpenHands without native function calling writes its calls in the reply's text
+_TEXT_FUNCTION = re.compile(r"<function=([\w.-]+)>(.*?)</function>", re.DOTALL)
+_TEXT_PARAMETER = re.compile(r"<parameter=([\w.-]+)>(.*?)</parameter>", re.DOTALL)
 
 
 def sniff(data: Any) -> bool:
@@ -175,6 +179,22 @@ def _terminus_raw_step(raw: dict[str, Any], parser: str) -> dict[str, Any] | Non
     return {**raw, "message": reasoning, "tool_calls": calls}
 
 
+def _text_function_step(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """A step whose reply holds `<function=NAME><parameter=KEY>VALUE</parameter></function>` blocks (the
+    text form of tool calls OpenHands uses when the model has no native function calling), rewritten
+    with those calls as tool calls; None when it holds none."""
+    message = _text(raw.get("message"))
+    blocks = _TEXT_FUNCTION.findall(message)
+    if not blocks:
+        return None
+    sid = raw.get("step_id")
+    calls = []
+    for k, (name, body) in enumerate(blocks):
+        args = {key: value.removeprefix("\n").removesuffix("\n") for key, value in _TEXT_PARAMETER.findall(body)}
+        calls.append({"tool_call_id": f"call_{sid}_{k + 1}", "function_name": name, "arguments": args})
+    return {**raw, "message": _TEXT_FUNCTION.sub("", message).strip(), "tool_calls": calls}
+
+
 def _agent_steps(raw: dict[str, Any], mini_text: bool, last: bool) -> list[Step]:
     """Our steps for one ATIF agent step (possibly none: the closing message of a run)."""
     message = _text(raw.get("message"))
@@ -279,6 +299,8 @@ def read(data: dict[str, Any], task: str = "") -> Trajectory:
         message = _text(raw.get("message"))
         if terminus and not raw.get("tool_calls"):
             raw = _terminus_raw_step(raw, parser) or raw
+        elif not raw.get("tool_calls") and not mini_text:
+            raw = _text_function_step(raw) or raw
         got = _agent_steps(raw, mini_text, last=bool(agent_ids) and i == agent_ids[-1])
         if got and raw.get("message") != message:
             got[0].raw = message  # the reply as the model wrote it

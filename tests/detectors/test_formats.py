@@ -164,3 +164,12 @@ def test_a_linear_history_episode_goes_on_in_the_continuation_files(tmp_path, ca
     (trial / "agent" / "trajectory.cont-1.json").unlink()
     with pytest.raises(TrajectoryFileError, match=r"trajectory.json: the episode continues in trajectory.cont-1.json"):
         read_source(trial / "agent" / "trajectory.json")
+
+
+def test_openhands_calls_written_as_text_are_read_as_calls():
+    # OpenHands with function calling off writes <function=...><parameter=...> in the message, no tool_calls
+    [t] = read_source(DATA / "atif" / "harbor_golden_openhands_hello_world_no_function_calling.trajectory.json")
+    assert [s.command for s in t.steps] == ["cat > /app/hello.txt << 'EOF'\nHello, world!\nEOF", "tool:finish"]
+    assert t.steps[0].output.endswith("[Command finished with exit code 0]")
+    assert t.steps[0].raw.startswith("<function=execute_bash>")
+    assert t.steps[1].meta["submission"] and t.exit_reason == "submitted"
