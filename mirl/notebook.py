@@ -68,8 +68,14 @@ def kernel_name(requested: str = "") -> str:
 
 
 def notebook_meta(path: Path) -> dict[str, Any]:
-    nb = json.loads(Path(path).read_text())
-    meta = nb.get("metadata", {}).get("mirl")
+    try:
+        nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ParamsError(f"{path}: cannot read the notebook: {e.strerror or e}") from None
+    except ValueError as e:  # not UTF-8, or not JSON
+        raise ParamsError(f"{path}: not a Jupyter notebook (not JSON: {e})") from None
+    metadata = nb.get("metadata") if isinstance(nb, dict) else None
+    meta = metadata.get("mirl") if isinstance(metadata, dict) else None
     if not isinstance(meta, dict) or "stage" not in meta:
         raise ParamsError(f"{path}: notebook metadata has no mirl.stage entry")
     if meta["stage"] not in pipeline.stage_sections():

@@ -142,24 +142,34 @@ def read_file(path: str | Path | None, _seen: tuple[Path, ...] = ()) -> dict[str
     data.pop("recipes", None)  # not a section: the training recipes the file lists (`mirl.recipes`)
     base = data.pop("base", None)
     if base is not None:
-        if not isinstance(base, str) or not base:
-            raise ParamsError(f"{path}: base must be the path of another params file, got {base!r}")
-        where = (path.parent / base).resolve()
+        where = base_file(path, base)
         if where in _seen or where == path.resolve():
             raise ParamsError(f"{path}: base {base!r} leads back to itself")
         data = merge(read_file(where, (*_seen, path.resolve())), data)
     return data
 
 
+def base_file(path: Path, base: Any) -> Path:
+    """The params file that `path`'s `base:` names (relative to `path`), checked to exist: an error
+    names the file that says `base:`, not only the one it could not find."""
+    if not isinstance(base, str) or not base:
+        raise ParamsError(f"{path}: base must be the path of another params file, got {base!r}")
+    where = (path.parent / base).resolve()
+    if not where.exists():
+        raise ParamsError(f"{path}: base {base!r}: no such params file ({where})")
+    return where
+
+
 def from_values(values: dict[str, Any], source: str = "params") -> Params:
     """Validate nested section values into `Params`; errors name the source and the dotted key."""
+    unknown = sorted(set(values) - set(sections()))
+    if unknown:
+        raise ParamsError(f"{source}: unknown section(s) {', '.join(map(str, unknown))}; "
+                          f"sections: {', '.join(sections())}")
     for name, section in values.items():
         if section is not None and not isinstance(section, dict):
             raise ParamsError(f"{source}: section {name!r} must be a mapping, got {type(section).__name__}")
     values = {k: (v or {}) for k, v in values.items()}
-    unknown = sorted(set(values) - set(sections()))
-    if unknown:
-        raise ParamsError(f"{source}: unknown section(s) {', '.join(unknown)}; sections: {', '.join(sections())}")
     try:
         params = build(Params, values)
     except ParamsError as e:

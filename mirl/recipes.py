@@ -50,8 +50,10 @@ def listed(params_file: str | Path | None, _seen: tuple[Path, ...] = ()) -> list
         return []  # params.read_file names the problem
     value = data.get(KEY)
     if value is None:
+        from mirl.params import base_file
+
         base = data.get("base")
-        where = (path.parent / base).resolve() if isinstance(base, str) and base else None
+        where = None if base is None else base_file(path, base)
         return [] if where is None or where in _seen else listed(where, (*_seen, path.resolve()))
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
         raise ParamsError(f"{path}: {KEY} must be a non-empty list of params files (relative to it), got {value!r}")

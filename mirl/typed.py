@@ -27,9 +27,15 @@ def read_yaml(path: str | Path, what: str = "params file") -> Any:
     """A YAML file's value, or a ParamsError naming the file: missing, or not valid YAML."""
     path = Path(path)
     try:
-        return yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ParamsError(f"{path}: no such {what}") from None
+    except IsADirectoryError:
+        raise ParamsError(f"{path}: a directory, not a {what}") from None
+    except OSError as e:
+        raise ParamsError(f"{path}: cannot read the {what}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ParamsError(f"{path}: not a text file (byte {e.start} is not UTF-8)") from None
     except yaml.YAMLError as e:
         raise ParamsError(f"{path}: not valid YAML: {e}") from None
 
@@ -133,7 +139,7 @@ def load_params(cls: type[T], path: str | Path | None = None, overrides: dict[st
     """Load `cls` from a YAML file (optionally one top-level section of it), then apply overrides."""
     values: dict[str, Any] = {}
     if path is not None:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = read_yaml(path) or {}
         if not isinstance(data, dict):
             raise ParamsError(f"{path}: must be a mapping of parameter names to values")
         if section is not None:

@@ -62,6 +62,32 @@ def test_errors_name_the_file(tmp_path):
         pipeline.load(tmp_path / "nope.yaml")
 
 
+def test_a_params_file_that_is_no_yaml_text_is_an_error_naming_it(tmp_path):
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\x00\x98\xff\xfeprofiling: {}\n")
+    with pytest.raises(ParamsError, match=rf"{binary}: not a text file"):
+        pipeline.load(binary)
+    with pytest.raises(ParamsError, match=rf"{tmp_path}: a directory, not a params file"):
+        pipeline.load(tmp_path)
+
+
+def test_a_missing_base_names_the_file_that_says_base(tmp_path):
+    """The error is in the file that names the base, not (only) in the file that is not there."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("base: nothere.yaml\nprofiling: {seeds: 1}\n")
+    with pytest.raises(ParamsError, match=rf"{mine}: base 'nothere.yaml': no such params file"):
+        pipeline.load(mine)
+    from mirl import recipes
+
+    with pytest.raises(ParamsError, match=rf"{mine}: base 'nothere.yaml': no such params file"):
+        recipes.load(mine)  # `mirl batch` reads the chain for recipes first: the same message
+
+
+def test_an_unknown_section_is_named_so_whatever_its_value():
+    with pytest.raises(ParamsError, match="unknown section.s. profilng"):
+        pipeline.make(profilng=3)
+
+
 def test_stage_budget_comes_from_the_stage_section_under_the_stage_name():
     from mirl.profiling.stage import STAGE, ProfilingStage
     from mirl.runner.stage import stage_budgets
@@ -120,6 +146,26 @@ def test_cli_rejects_bad_overrides_naming_the_key(tmp_path):
     r = cli("rollout", "--params", "params/demo.yaml", "--tasks", "tasks/count-lines", "--out", str(tmp_path),
             "-p", "agent.max_stepz=2")
     assert r.returncode == 2 and "agent.max_stepz" in r.stderr
+
+
+def test_cli_errors_name_the_file_they_are_in_and_never_a_traceback(tmp_path):
+    loop_a, loop_b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    loop_a.write_text("base: b.yaml\n")
+    loop_b.write_text("base: a.yaml\n")
+    r = cli("run", "notebooks/01_profiling.ipynb", "--params", str(loop_a), "--check")
+    assert r.returncode == 2 and r.stderr.startswith(f"error: {loop_b}: base 'a.yaml' leads back"), r.stderr
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\x00\x98\xff\xfe\n")
+    for args in (("train", "--params", str(binary), "--check"), ("train", "--params", str(tmp_path), "--check"),
+                 ("batch", "--params", str(binary), "--name", "x", "--check")):
+        r = cli(*args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.startswith("error: "), r.stderr
+    not_a_notebook = tmp_path / "01_x.ipynb"
+    not_a_notebook.write_text("# not JSON\n")
+    r = cli("run", str(not_a_notebook), "--params", "params/demo.yaml", "--check")
+    assert r.returncode == 2 and f"error: {not_a_notebook}: not a Jupyter notebook" in r.stderr, r.stderr
+    r = cli("batch", "--params", "params/demo.yaml", "--notebooks", str(tmp_path), "--check")
+    assert r.returncode == 2 and f"error: {not_a_notebook}: not a Jupyter notebook" in r.stderr, r.stderr
 
 
 @pytest.mark.slow

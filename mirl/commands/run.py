@@ -43,7 +43,7 @@ def _run(args) -> int:
         try:
             resolve_parameters(spec)
         except (ParamsError, OSError) as e:
-            print(f"error: {e}" if str(e).startswith(str(args.params or "\0")) else f"error: {nb}: {e}", file=sys.stderr)
+            print(f"error: {e}", file=sys.stderr)  # each names its file: the params, a base of it, or the notebook
             return 2
         specs.append(spec)
     if args.check:
