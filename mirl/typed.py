@@ -48,6 +48,8 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
+        if type(value) in args:  # already one of the types: kept as it is (8 stays 8 in `str | int`)
+            return value
         errors = []
         for arg in args:
             if arg is type(None):
@@ -71,7 +73,9 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise ParamsError(f"{key}: must be a mapping, got {type(value).__name__} {value!r}")
-        return dict(value)
+        key_tp, value_tp = typing.get_args(tp) or (Any, Any)
+        return {_coerce(f"{key}[{k!r}] (a key)", k, key_tp): _coerce(f"{key}[{k!r}]", v, value_tp)
+                for k, v in value.items()}
     if tp is bool:
         if isinstance(value, bool):
             return value
