@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from mirl.tasks.model import read_task_file
+
 # Terminal-Bench 1 fills these into its compose files; inside the container they are fixed paths.
 TB1_VARIABLES = {
     "T_BENCH_TEST_DIR": "/tests",
@@ -62,9 +64,12 @@ def read(path: Path, rel: str, main: str, add) -> ComposeEnv:
     """Read `path` (shown as `rel`); `add(field, message)` records a problem. `main`: the agent's service."""
     out = ComposeEnv()
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        add("", f"cannot read: {e}")
+        data = yaml.safe_load(read_task_file(path))
+    except ValueError as e:
+        add("", str(e))
+        return out
+    except yaml.YAMLError as e:
+        add("", f"not valid YAML: {e}")
         return out
     services = data.get("services") if isinstance(data, dict) else None
     if not isinstance(services, dict) or not services:

@@ -19,7 +19,7 @@ import yaml
 
 from mirl.tasks import compose as compose_mod
 from mirl.tasks import dockerfile as dockerfile_mod
-from mirl.tasks.model import Task, TaskInvalid, TaskProblem, TaskStep
+from mirl.tasks.model import Task, TaskInvalid, TaskProblem, TaskStep, read_task_file
 
 DEFAULT_VERIFIER_TIMEOUT_S = 600.0  # Harbor's default
 DEFAULT_BUILD_TIMEOUT_S = 600.0
@@ -152,16 +152,15 @@ def _dockerfile_facts(p: _Problems, path: Path, rel: str) -> tuple[str, dict[str
 
 
 def _read_toml(p: _Problems, path: Path) -> dict[str, Any]:
+    if not path.exists():
+        p.add("task.toml", "", "missing")
+        return {}
     try:
-        if not path.is_file():
-            raise FileNotFoundError("missing")
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(read_task_file(path))
     except tomllib.TOMLDecodeError as e:
         p.add("task.toml", "", f"not valid TOML: {e}")
-    except FileNotFoundError:
-        p.add("task.toml", "", "missing")
-    except OSError as e:
-        p.add("task.toml", "", f"cannot read: {e}")
+    except ValueError as e:
+        p.add("task.toml", "", str(e))
     return {}
 
 
@@ -327,19 +326,27 @@ def _load_harbor(root: Path, p: _Problems) -> dict[str, Any]:
 def _load_terminal_bench(root: Path, p: _Problems) -> dict[str, Any]:
     fields: dict[str, Any] = {"layout": "terminal-bench"}
     data: dict[str, Any] = {}
+    problems = len(p.items)
     try:
-        loaded = yaml.safe_load((root / "task.yaml").read_text(encoding="utf-8"))
+        loaded = yaml.safe_load(read_task_file(root / "task.yaml"))
         if isinstance(loaded, dict):
             data = loaded
         else:
-            p.add("task.yaml", "", "must be a mapping")
+            p.add("task.yaml", "", "is empty" if loaded is None else f"must be a mapping, got {type(loaded).__name__}")
+    except ValueError as e:
+        p.add("task.yaml", "", str(e))
     except yaml.YAMLError as e:
         p.add("task.yaml", "", f"not valid YAML: {e}")
     instruction = data.get("instruction")
-    if instruction is None and isinstance(data.get("descriptions"), list) and data["descriptions"]:
-        instruction = data["descriptions"][0].get("description")  # the oldest TB layout
-    if not isinstance(instruction, str) or not instruction.strip():
-        p.add("task.yaml", "instruction", "missing or empty")
+    where = "instruction"
+    if instruction is None and data.get("descriptions") is not None:  # the oldest TB layout
+        where = "descriptions[0].description"
+        first = data["descriptions"][0] if isinstance(data["descriptions"], list) and data["descriptions"] else None
+        instruction = first.get("description") if isinstance(first, dict) else None
+    if len(p.items) == problems and (not isinstance(instruction, str) or not instruction.strip()):  # else: said
+        p.add("task.yaml", where, "missing or empty" if instruction in (None, "") or isinstance(instruction, str)
+              else f"must be text, got {type(instruction).__name__}")
+    if not isinstance(instruction, str):
         instruction = ""
     fields["instruction"] = instruction
     fields["agent_timeout_s"] = _number(p, "task.yaml", "max_agent_timeout_sec", data.get("max_agent_timeout_sec"), TB1_AGENT_TIMEOUT_S)

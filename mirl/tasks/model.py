@@ -30,6 +30,19 @@ class TaskInvalid(ValueError):
         super().__init__("\n".join(str(p) for p in problems))
 
 
+def read_task_file(path: Path) -> str:
+    """A task file's text; ValueError saying what is wrong when it is unreadable or not UTF-8 text
+    (a task's problem to report, never a traceback out of the loader)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise ValueError("a directory, not a file") from None
+    except OSError as e:
+        raise ValueError(f"cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not a text file (byte {e.start} is not UTF-8)") from None
+
+
 @dataclass(frozen=True)
 class TaskStep:
     """One step of a Harbor multi-step task (`[[steps]]` + `steps/<name>/`), run in order in one environment."""

@@ -147,6 +147,43 @@ def test_broken_terminal_bench(tmp_path, yaml_text, field):
     assert any(p.file == "task.yaml" and p.field == field for p in problems), [str(p) for p in problems]
 
 
+BINARY = b"\x00\x98\xff\xfe\x80 not text\n"
+
+
+@pytest.mark.parametrize("rel, where", [
+    ("task.toml", "harbor"),
+    ("environment/docker-compose.yaml", "harbor"),
+    ("task.yaml", "tb1"),
+])
+def test_a_task_file_that_is_not_text_is_a_problem_not_a_traceback(tmp_path, rel, where):
+    """Non-UTF-8 bytes in task.toml, task.yaml or a compose file raised UnicodeDecodeError out of the loader."""
+    root = write_harbor(tmp_path / "t") if where == "harbor" else write_tb1(tmp_path / "t")
+    (root / rel).write_bytes(BINARY)
+    problems = validate_task(root)
+    assert any(p.file == rel and "not a text file" in p.message for p in problems), [str(p) for p in problems]
+
+
+def test_a_task_file_that_is_a_directory_is_named_so(tmp_path):
+    root = write_harbor(tmp_path / "t", **{"task.toml": None})
+    (root / "task.toml").mkdir()
+    assert [(p.file, p.message) for p in validate_task(root)] == [("task.toml", "a directory, not a file")]
+
+
+@pytest.mark.parametrize("yaml_text, field, fragment", [
+    ("descriptions:\n  - 3\n", "descriptions[0].description", "missing"),
+    ("descriptions: [{description: 5}]\n", "descriptions[0].description", "must be text, got int"),
+    ("descriptions: oops\n", "descriptions[0].description", "missing"),
+    ("instruction: [a, b]\n", "instruction", "must be text, got list"),
+    ("", "", "is empty"),
+    ("- a\n", "", "must be a mapping, got list"),
+])
+def test_broken_terminal_bench_fields_are_problems_not_tracebacks(tmp_path, yaml_text, field, fragment):
+    """`descriptions: [3]` (the oldest TB layout, malformed) raised AttributeError out of the loader."""
+    problems = validate_task(write_tb1(tmp_path / "tb", yaml_text))
+    assert [(p.file, p.field) for p in problems] == [("task.yaml", field)], [str(p) for p in problems]
+    assert fragment in problems[0].message
+
+
 def test_not_a_task(tmp_path):
     (tmp_path / "empty").mkdir()
     problems = validate_task(tmp_path / "empty")
