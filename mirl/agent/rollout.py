@@ -90,13 +90,17 @@ class RolloutResult:
 def load_tasks(config: RolloutConfig) -> list[Task]:
     """The tasks under `config.tasks`; an entry `!<task id>` leaves that task out (e.g. one whose set-up
     needs a tool a machine lacks), and an id it names must be among the tasks found."""
-    from mirl.tasks import TaskInvalid, find_tasks, load_task
+    from mirl.tasks import TaskInvalid, find_tasks, load_task, without_tasks
 
     where = [p for p in config.tasks if not p.startswith("!")]
     left_out = {p[1:].strip() for p in config.tasks if p.startswith("!")}
     missing = [p for p in where if not Path(p).exists()]
     if missing:
         raise RolloutError(f"no such task path(s): {', '.join(missing)}")
+    empty = without_tasks(*where)
+    if empty:
+        raise RolloutError(f"no task directories found in {', '.join(empty)} (a task directory has task.toml, "
+                           "task.yaml or instruction.md)")
     paths = find_tasks(*where)
     tasks, problems = [], []
     for p in paths:

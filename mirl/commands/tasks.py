@@ -29,13 +29,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _paths(raw: list[str]):
+    """The task directories in `raw`, and each given path that is missing or holds no task, said on stderr."""
     from pathlib import Path
 
-    from mirl.tasks import find_tasks
+    from mirl.tasks import find_tasks, without_tasks
 
     found = find_tasks(*raw)
     missing = [p for p in raw if not Path(p).exists()]
-    return found, missing
+    for m in missing:
+        print(f"{m}: no such file or directory", file=sys.stderr)
+    empty = without_tasks(*raw)
+    for e in empty:
+        print(f"{e}: no task directories found in it (a task directory has task.toml, task.yaml or "
+              "instruction.md)", file=sys.stderr)
+    return found, missing + empty
 
 
 def _validate(args) -> int:
@@ -44,11 +51,6 @@ def _validate(args) -> int:
 
     found, missing = _paths(args.paths)
     bad = 0
-    for m in missing:
-        print(f"{m}: no such file or directory", file=sys.stderr)
-    if not found and not missing:
-        print(f"no task directories found in {' '.join(args.paths)}", file=sys.stderr)
-        return 1
     for path in found:
         try:
             task = load_task(path)
@@ -66,8 +68,8 @@ def _validate(args) -> int:
 def _list(args) -> int:
     from mirl.tasks import TaskInvalid, load_task
 
-    found, _ = _paths(args.paths)
-    status = 0
+    found, missing = _paths(args.paths)
+    status = 1 if missing else 0
     for path in found:
         try:
             t = load_task(path)
@@ -101,7 +103,6 @@ def _run(args) -> int:
 
     found, missing = _paths(args.paths)
     if missing or not found:
-        print(f"no tasks found in: {' '.join(missing or args.paths)}", file=sys.stderr)
         return 2
     try:
         box = make_sandbox(SandboxConfig(backend=args.sandbox))

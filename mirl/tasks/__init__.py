@@ -17,6 +17,6 @@ Both become a `Task`; sandboxes and agents never look at the files themselves.
 """
 
 from mirl.tasks.model import Task, TaskProblem, TaskInvalid, TaskStep
-from mirl.tasks.loader import load_task, find_tasks, validate_task
+from mirl.tasks.loader import load_task, find_tasks, validate_task, without_tasks
 
-__all__ = ["Task", "TaskProblem", "TaskInvalid", "TaskStep", "load_task", "find_tasks", "validate_task"]
+__all__ = ["Task", "TaskProblem", "TaskInvalid", "TaskStep", "load_task", "find_tasks", "validate_task", "without_tasks"]

@@ -442,3 +442,9 @@ def find_tasks(*paths: str | Path) -> list[Path]:
                     keep.append(name)
             dirnames[:] = keep
     return sorted(found)
+
+
+def without_tasks(*paths: str | Path) -> list[str]:
+    """The given paths that exist but hold no task (a task directory named with a typo inside, a
+    folder of something else): a caller names them instead of running on the others alone."""
+    return [str(p) for p in paths if Path(p).exists() and not find_tasks(p)]

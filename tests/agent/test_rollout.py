@@ -110,6 +110,14 @@ def test_bad_task_paths_give_clear_errors(tmp_path):
         load_tasks(RolloutConfig(tasks=[str(tmp_path)]))
 
 
+def test_a_pool_entry_that_holds_no_task_is_an_error_not_left_out(tmp_path):
+    """A pool of good tasks plus a folder with none (a typo, a task.toml misnamed) ran on the good ones alone."""
+    (tmp_path / "my-task").mkdir()
+    (tmp_path / "my-task" / "Task.toml").write_text('version = "1.0"\n')
+    with pytest.raises(RolloutError, match=rf"no task directories found in {tmp_path / 'my-task'} "):
+        load_tasks(RolloutConfig(tasks=[str(REPO / "tasks" / "count-lines"), str(tmp_path / "my-task")]))
+
+
 def test_a_pool_entry_with_a_bang_leaves_that_task_out(tmp_path):
     all_ids = {t.id for t in load_tasks(RolloutConfig(tasks=[str(REPO / "tasks")]))}
     kept = load_tasks(RolloutConfig(tasks=[str(REPO / "tasks"), "!sqlite-top-customers", "!count-lines"]))

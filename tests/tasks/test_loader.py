@@ -237,3 +237,17 @@ def test_cli_validate(tmp_path, capsys):
     assert main(["tasks", "validate", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "bad: tests/test.sh: missing" in err
+
+
+def test_cli_names_a_given_path_that_holds_no_task(tmp_path, capsys):
+    """`mirl tasks validate good/ typo/` said "1 of 1 tasks valid" and exited 0, typo/ never mentioned."""
+    from mirl.cli import main
+
+    write_harbor(tmp_path / "good")
+    (tmp_path / "typo").mkdir()
+    (tmp_path / "typo" / "Task.toml").write_text('version = "1.0"\n')
+    for action in ("validate", "list"):
+        assert main(["tasks", action, str(tmp_path / "good"), str(tmp_path / "typo")]) == 1
+        assert f"{tmp_path / 'typo'}: no task directories found in it" in capsys.readouterr().err
+    assert main(["tasks", "run", str(tmp_path / "good"), str(tmp_path / "typo"), "--sandbox", "local"]) == 2
+    assert f"{tmp_path / 'typo'}: no task directories found in it" in capsys.readouterr().err
