@@ -97,7 +97,7 @@ def _convert(args) -> int:
 
     from mirl.agent.miniswe import save_traj_json
     from mirl.jsonl import JsonlWriter
-    from mirl.records.trajectory import load_trajectories
+    from mirl.records.trajectory import RecordError, load_trajectories
     from mirl.sources import TrajectoryFileError, find_sources, read_source
     from mirl.sources.atif import to_atif
 
@@ -106,20 +106,26 @@ def _convert(args) -> int:
         print("mirl rollout: use `export JSONL --to DIR` or `import PATH... --to JSONL`", file=sys.stderr)
         return 2
     if action == "export":
-        n = 0
-        for p in paths:
+        n, every = 0, []
+        for p in paths:  # every file read (and checked) before anything is written
             if not Path(p).is_file():
                 print(f"mirl rollout: no such file: {p}", file=sys.stderr)
                 return 2
-            for t in load_trajectories(p):
-                name = f"{t.task}.seed{t.seed}"
-                if args.export_format == "atif":
-                    out = Path(args.to) / f"{name}.trajectory.json"
-                    out.parent.mkdir(parents=True, exist_ok=True)
-                    out.write_text(json.dumps(to_atif(t), indent=2))
-                else:
-                    save_traj_json(t, Path(args.to) / f"{name}.traj.json")
-                n += 1
+            try:
+                every += load_trajectories(p)
+            except RecordError as e:
+                print(f"mirl rollout: {e} (export reads mirl's own trajectories.jsonl; `mirl rollout import` "
+                      "reads the other formats)", file=sys.stderr)
+                return 2
+        for t in every:
+            name = f"{t.task}.seed{t.seed}"
+            if args.export_format == "atif":
+                out = Path(args.to) / f"{name}.trajectory.json"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps(to_atif(t), indent=2))
+            else:
+                save_traj_json(t, Path(args.to) / f"{name}.traj.json")
+            n += 1
         kind = "ATIF" if args.export_format == "atif" else "mini-swe-agent"
         print(f"wrote {n} {kind} trajectory file(s) to {args.to}")
         return 0

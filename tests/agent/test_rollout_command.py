@@ -44,6 +44,22 @@ def test_export_then_import(tmp_path, capsys):
     assert [t.to_dict() for t in back] == [t.to_dict() for t in load_trajectories(runs)]
 
 
+def test_export_of_a_file_it_cannot_read_is_an_error_naming_it_and_writes_nothing(tmp_path, capsys):
+    """A corrupt or foreign file given to `export` raised RecordError out of the command (a traceback),
+    after the files before it were already written."""
+    good = tmp_path / "trajectories.jsonl"
+    t = Trajectory(task="hello", seed=0, models={"policy": "p"}, instruction="do it",
+                   steps=[Step("look", "ls", output="a\n", exit_code=0)], exit_reason="step_limit", reward=0.0)
+    append_jsonl(good, t.to_dict())
+    for bad, text in (("corrupt.jsonl", "{not json\n"), ("foreign.traj.json", '{\n  "messages": []\n}\n'),
+                      ("no_task.jsonl", '{"steps": [1]}\n')):
+        (tmp_path / bad).write_text(text)
+        assert main(["rollout", "export", str(good), str(tmp_path / bad), "--to", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"mirl rollout: {tmp_path / bad}: ") and "Traceback" not in err, err
+        assert not (tmp_path / "out").exists()  # the good file's trajectories were not written either
+
+
 DATA = Path(__file__).parent.parent / "data"
 MINI_FILES = sorted([*(DATA / "trajectories" / "swebench_mini1").glob("*.traj.json"),
                      *(DATA / "trajectories").glob("mswea*.traj.json")])
