@@ -124,6 +124,20 @@ def test_malformed_files_name_the_file(tmp_path, name, content, message):
     assert str(path) in str(err.value)
 
 
+def test_a_torn_last_line_is_skipped_as_the_runs_own_reader_skips_it(tmp_path, caplog):
+    """A trajectories.jsonl read while its run was killed (or still writing) mid-record was refused
+    whole by `mirl detect` ("not valid JSON" on its last line), every complete trajectory with it."""
+    good = json.dumps(Trajectory(task="t", seed=0, models={}, steps=[Step(reasoning="r", command="ls")]).to_dict())
+    path = tmp_path / "trajectories.jsonl"
+    path.write_text(good + "\n" + good.replace('"seed": 0', '"seed": 1') + "\n" + good[:40])
+    with caplog.at_level("WARNING"):
+        assert [t.seed for t in read_trajectories(path)] == [0, 1]
+    assert f"{path}:3: skipped a torn last line" in caplog.text
+    path.write_text(good + "\n" + good[:40] + "\n" + good + "\n")  # inside the file: corrupt, not torn
+    with pytest.raises(TrajectoryFileError, match=":2: not valid JSON"):
+        read_trajectories(path)
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(TrajectoryFileError, match="cannot read"):
         read_trajectories(tmp_path / "nope.jsonl")
