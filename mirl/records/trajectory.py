@@ -43,6 +43,9 @@ class Step:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Step:
+        missing = [k for k in ("reasoning", "command") if k not in d]
+        if missing:  # said as the record's problem, not as the constructor's TypeError
+            raise ValueError(f"a step needs {' and '.join(repr(k) for k in missing)} (got {', '.join(map(repr, d)) or 'no fields'})")
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         return cls(**known)
 
@@ -74,7 +77,14 @@ class Trajectory:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:
         d = dict(d)
-        steps = [Step.from_dict(s) for s in d.pop("steps", [])]
+        steps = []
+        for i, s in enumerate(d.pop("steps", [])):
+            if not isinstance(s, dict):
+                raise ValueError(f"step {i} is not an object, got {type(s).__name__}")
+            try:
+                steps.append(Step.from_dict(s))
+            except ValueError as e:
+                raise ValueError(f"step {i}: {e}") from None
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         return cls(steps=steps, **known)
 

@@ -55,7 +55,9 @@ def read_document(path: Path, data: Any) -> Trajectory:
                 return traj
             except TrajectoryFileError as e:
                 raise TrajectoryFileError(f"{path}: {e}") from None
-            except (KeyError, TypeError, AttributeError, ValueError) as e:
+            except ValueError as e:  # the record's problem, said by the reader
+                raise TrajectoryFileError(f"{path}: malformed {reader.NAME} file: {e}") from None
+            except (KeyError, TypeError, AttributeError) as e:
                 raise TrajectoryFileError(f"{path}: malformed {reader.NAME} file ({type(e).__name__}: {e})") from None
     raise TrajectoryFileError(f"{path}: not a trajectory format this kit reads (tried {', '.join(FORMATS)})")
 

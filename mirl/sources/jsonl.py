@@ -44,7 +44,7 @@ def read_text(path: Path, text: str) -> list[Trajectory]:
             raise TrajectoryFileError(f"{path}:{lineno}: expected a trajectory object with 'task' and 'steps'")
         try:
             traj = read(obj, task=path.name)
-        except (TypeError, AttributeError) as e:
+        except (TypeError, AttributeError, ValueError) as e:
             raise TrajectoryFileError(f"{path}:{lineno}: malformed trajectory ({e})") from None
         traj.meta.setdefault("source_file", str(path))
         traj.meta.setdefault("line", lineno)

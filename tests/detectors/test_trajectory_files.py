@@ -114,6 +114,10 @@ def test_exit_status_names_map_to_our_exit_reasons(status, reason):
         ("future.trajectory.json", '{"schema_version": "ATIF-v9.9", "steps": [{"step_id": 1, "source": "user"}]}',
          "this reader knows ATIF v1"),
         ("odd.trajectory.json", '{"schema_version": "ATIF-latest", "steps": []}', "is not an ATIF version"),
+        # a step short of its fields was a constructor's TypeError ("Step.__init__() missing 2 required ...")
+        ("fieldless.traj.json", '{"steps": [{"x": 1}]}', "step 0: a step needs 'reasoning' and 'command'"),
+        ("intsteps.traj.json", '{"steps": [1, 2]}', "step 0 is not an object, got int"),
+        ("short.jsonl", '{"task": "a", "steps": [{"command": "ls"}]}\n', ":1: .*step 0: a step needs 'reasoning'"),
     ],
 )
 def test_malformed_files_name_the_file(tmp_path, name, content, message):
