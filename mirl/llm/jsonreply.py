@@ -1,7 +1,8 @@
 """JSON replies from chat models: find the object in the text and check it against a small schema.
 
 Models wrap JSON in ```json fences and prose and sometimes think aloud with draft objects first,
-so `extract_json` takes the LAST top-level JSON value of the wanted kind. Schemas are a subset of
+so `extract_json` takes the LAST top-level JSON value of the wanted kind, unless the reply ends inside an
+unfinished one (cut at the token limit): that is an error, never an earlier draft. Schemas are a subset of
 JSON Schema, enough for judge outputs and cheap to write inline:
 
     {"type": "object",
@@ -48,6 +49,9 @@ def extract_json(text: str, kind: str = "object") -> Any:
             try:
                 value, end = decoder.raw_decode(text, i)
             except json.JSONDecodeError:
+                if _unfinished(text, i):  # cut off: an earlier value (a draft, or one nested in it) is not the answer
+                    raise JSONReplyError("the reply ends inside an unfinished JSON value (cut off, e.g. at the token "
+                                         "limit); answer with one complete, shorter JSON value") from None
                 i += 1
                 continue
             found.append(value)
@@ -59,6 +63,34 @@ def extract_json(text: str, kind: str = "object") -> Any:
         raise JSONReplyError(f"the reply contains {what.replace('a ', 'no ', 1) if what != 'JSON' else 'no JSON'}; "
                              f"answer with {what} only")
     return found[-1]
+
+
+def _unfinished(text: str, i: int) -> bool:
+    """True when `text[i]` opens a JSON object or array that the text ends inside of (strings and nesting
+    followed to the end), i.e. a reply cut off mid-value; braces of prose (`{x}`, a `{` then prose) are not."""
+    j = i + 1
+    while j < len(text) and text[j] in " \t\r\n":
+        j += 1
+    if j == len(text) or text[j] not in ('"}' if text[i] == "{" else '{["-0123456789tfn]'):
+        return False
+    depth, in_str, esc = 0, False, False
+    for ch in text[i:]:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                return False  # closed: a complete value that is not JSON, not a cut one
+    return depth > 0
 
 
 def _type_ok(value: Any, tp: str) -> bool:

@@ -73,3 +73,29 @@ def test_complete_with_schema_parses_each_sample(scripted, make_client):
     client = make_client({"step_judge": name})
     outs = client.complete("step_judge", USER, n=2, schema=VERDICT)
     assert [c.parsed["verdict"] for c in outs] == ["good", "bad"]
+
+
+def test_a_reply_cut_inside_its_last_json_value_is_not_read_from_an_earlier_draft():
+    # a reply cut at max_tokens: the final object is unfinished, the complete one before it a superseded draft
+    cut = ('Draft: {"verdict": "good", "reason": "r"}\nOn reflection the final answer is:\n'
+           '{"verdict": "bad", "reason": "it deletes the fil')
+    with pytest.raises(JSONReplyError, match="unfinished JSON"):
+        extract_json(cut)
+    # nor from a complete object nested inside the unfinished one
+    with pytest.raises(JSONReplyError, match="unfinished JSON"):
+        parse_reply('{"reason": "see {\\"a\\": 1} and', {"type": "object"})
+    with pytest.raises(JSONReplyError, match="unfinished JSON"):
+        extract_json('{"verdict": "bad", "ids": [1, 2', kind="any")
+    # braces of prose after a complete answer, and complete but invalid JSON, are not a cut value
+    assert extract_json('{"verdict": "good", "reason": "r"} (a set {x} would be {') == {"verdict": "good", "reason": "r"}
+    assert extract_json('{"verdict": "good"} then {"a": 1,}') == {"verdict": "good"}
+
+
+def test_a_cut_reply_is_re_asked_then_a_recorded_failure(scripted, make_client):
+    cut = 'Draft {"verdict": "good", "reason": "r"} final {"verdict": "bad", "reason": "the comm'
+    model, name = scripted([cut, cut, cut])
+    client = make_client({"localizer": name})
+    with pytest.raises(LLMError) as err:
+        client.complete_json("localizer", USER, VERDICT, tries=2)
+    assert err.value.kind == "invalid_json" and len(model.calls) == 2
+    assert "unfinished JSON" in model.calls[-1][-1]["content"]
