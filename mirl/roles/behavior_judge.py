@@ -84,8 +84,13 @@ def judged_steps(trajectory: Trajectory, prefix_steps: int | None = None, m: int
 
 
 def parse_answer(text: str) -> bool:
-    """True for yes, False for no, from the LAST answer tag of the reply; anything else raises AnswerError."""
+    """True for yes, False for no, from the LAST answer tag of the reply; anything else (a reply cut inside
+    its last tag included) raises AnswerError."""
+    from mirl.roles.tagreply import unfinished_tag
+
     tags = _TAG.findall(text or "")
+    if unfinished_tag(text, "answer"):
+        raise AnswerError("the reply ends inside an unfinished <answer> tag (cut off, e.g. at the token limit)")
     if not tags:
         raise AnswerError("the reply has no <answer>yes</answer> or <answer>no</answer> tag")
     last = tags[-1].strip().lower()

@@ -20,11 +20,22 @@ class TagError(ValueError):
 
 
 def last_tag(text: str, tag: str) -> str:
-    """The content of the LAST `<tag>...</tag>` in `text`, stripped; TagError when there is none."""
+    """The content of the LAST `<tag>...</tag>` in `text`, stripped; TagError when there is none, or when
+    the reply ends inside an unfinished `<tag>` (cut off: the earlier tags are not its answer)."""
     found = re.findall(rf"<{tag}>(.*?)</{tag}>", text or "", re.IGNORECASE | re.DOTALL)
+    if unfinished_tag(text, tag):
+        raise TagError(f"the reply ends inside an unfinished <{tag}> tag (cut off, e.g. at the token limit)")
     if not found:
         raise TagError(f"the reply has no <{tag}>...</{tag}> tag")
     return found[-1].strip()
+
+
+def unfinished_tag(text: str, tag: str) -> bool:
+    """True when, after its last complete `<tag>...</tag>`, the reply opens `<tag>` again and ends before
+    closing it: a reply cut at the token limit, whose earlier tags were drafts, not its answer."""
+    text = text or ""
+    closes = [m.end() for m in re.finditer(rf"</{tag}>", text, re.IGNORECASE)]
+    return re.search(rf"<{tag}>", text[closes[-1] if closes else 0:], re.IGNORECASE) is not None
 
 
 def before_tag(text: str, tag: str) -> str:

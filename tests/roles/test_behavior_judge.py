@@ -140,3 +140,12 @@ def test_which_detector_and_which_judge():
         judge_for(plain)
     with pytest.raises(ValueError, match="no rule detector"):
         RuleBehaviorJudge().judge(rollout(0, [("ls", 0)]), plain)
+
+
+def test_a_reply_cut_inside_its_last_answer_tag_is_not_read_from_an_earlier_one():
+    # cut at max_tokens: the final tag is unfinished; the complete one before it was a draft
+    with pytest.raises(AnswerError, match="unfinished"):
+        parse_answer("At first <answer>no</answer>, but step 3 re-ran make unchanged, so <answer>ye")
+    with pytest.raises(AnswerError, match="unfinished"):
+        parse_answer("<answer>yes</answer> hmm, no: <answer>")
+    assert parse_answer("<answer>no</answer>") is False  # a complete last tag is still read

@@ -105,3 +105,11 @@ def test_a_rubric_without_a_checkable_quality_cannot_be_rated_by_rules():
     only_text = Rubric("t", UNCHECKED + [RubricItem("Deletes data", -2.0, "Pitfall", r"command:\brm\b")] * 4, 0.9)
     with pytest.raises(ValueError, match="no checkable Essential, Important or Optional item"):
         RuleRubricJudge().rate(traj([("make", "")]), only_text)
+
+
+def test_a_reply_cut_inside_its_last_score_tag_is_not_read_from_an_earlier_one():
+    from mirl.roles.tagreply import TagError
+
+    with pytest.raises(TagError, match="unfinished"):
+        parse_score("draft <score>9</score> ... the agent deleted the tests, so final <score>2")
+    assert parse_score("draft <score>9</score> final <score>2</score>") == 2
