@@ -1,9 +1,12 @@
 """Typed parameters: one dataclass per stage, loaded from params YAML plus overrides.
 
 Notebooks receive flat literals from papermill (which may coerce types); `load_params` turns them
-into a typed object, rejecting unknown keys and wrong types with a message naming the key, so a
-typo in a params file fails at once instead of silently running the default.
-Every field carries its help text in `field(metadata={"help": ...})`.
+into a typed object, rejecting unknown keys, wrong types and values out of range with a message
+naming the key, so a typo in a params file fails at once instead of silently running the default.
+Every field carries its help text in `field(metadata={"help": ...})`, and a number's range where
+values outside it mean nothing: `"min"` / `"max"` (inclusive) and `"above"` (exclusive), e.g.
+`metadata={"help": ..., "min": 1}` for a count, `{"above": 0}` for a timeout, `{"min": 0, "max": 1}`
+for a share. On a list or mapping field the range bounds each item or value.
 """
 
 from __future__ import annotations
@@ -21,6 +24,42 @@ T = TypeVar("T")
 
 class ParamsError(ValueError):
     """A params file or override that does not fit the stage's config dataclass."""
+
+
+BOUNDS = ("min", "above", "max")  # metadata keys of a field's range
+
+
+def range_text(metadata: Any) -> str:
+    """The range a field's metadata allows, in words ("at least 1", "above 0 and at most 1"); "" if none."""
+    parts = []
+    if "min" in metadata:
+        parts.append(f"at least {metadata['min']}")
+    if "above" in metadata:
+        parts.append(f"above {metadata['above']}")
+    if "max" in metadata:
+        parts.append(f"at most {metadata['max']}")
+    return " and ".join(parts)
+
+
+def check_range(key: str, value: Any, metadata: Any) -> None:
+    """A ParamsError naming the key, the value and the range when a number lies outside its field's
+    range (`min`, `above`, `max` in the field's metadata); each item of a list, each value of a mapping."""
+    if not any(b in metadata for b in BOUNDS):
+        return
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            check_range(f"{key}[{i}]", v, metadata)
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            check_range(f"{key}[{k!r}]", v, metadata)
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return  # None (a field's "empty") and non-numbers have no range
+    if (("min" in metadata and not value >= metadata["min"])
+            or ("above" in metadata and not value > metadata["above"])
+            or ("max" in metadata and not value <= metadata["max"])):
+        raise ParamsError(f"{key}: must be {range_text(metadata)}, got {value!r}")
 
 
 def read_yaml(path: str | Path, what: str = "params file") -> Any:
@@ -129,7 +168,10 @@ def build(cls: type[T], values: dict[str, Any], prefix: str = "") -> T:
             f"unknown parameter(s) {', '.join(prefix + k for k in unknown)} for {cls.__name__}; "
             f"known: {', '.join(sorted(known))}"
         )
-    kwargs = {name: _coerce(prefix + name, value, hints[name]) for name, value in values.items()}
+    kwargs = {}
+    for name, value in values.items():
+        kwargs[name] = _coerce(prefix + name, value, hints[name])
+        check_range(prefix + name, kwargs[name], known[name].metadata)
     try:
         return cls(**kwargs)
     except ParamsError as e:  # a dataclass's own checks: say where in the params it sits

@@ -42,3 +42,43 @@ def test_a_wrong_value_in_a_params_mapping_is_an_error_naming_it(section, values
     with pytest.raises(ParamsError) as e:
         pipeline.make(**{section: values})
     assert named in str(e.value)
+
+
+@dataclass
+class Ranged:
+    count: int = field(default=1, metadata={"help": "a count", "min": 1})
+    share: float = field(default=0.5, metadata={"help": "a share", "min": 0, "max": 1})
+    timeout_s: float | None = field(default=None, metadata={"help": "a timeout; empty = none", "above": 0})
+    caps: dict[str, float] = field(default_factory=dict, metadata={"help": "caps", "min": 0})
+    free: int = field(default=0, metadata={"help": "no range"})
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"count": -3}, "count: must be at least 1, got -3"),
+    ({"count": 0}, "count: must be at least 1, got 0"),
+    ({"share": 1.5}, "share: must be at least 0 and at most 1, got 1.5"),
+    ({"share": -0.1}, "share: must be at least 0 and at most 1, got -0.1"),
+    ({"share": "nan"}, "share: must be at least 0 and at most 1, got nan"),
+    ({"timeout_s": 0}, "timeout_s: must be above 0, got 0.0"),
+    ({"caps": {"profiling": -1}}, "caps['profiling']: must be at least 0, got -1.0"),
+])
+def test_a_value_out_of_its_fields_range_is_an_error_naming_key_value_and_range(values, message):
+    with pytest.raises(ParamsError) as e:
+        build(Ranged, values)
+    assert str(e.value) == message
+
+
+def test_values_within_range_and_fields_without_one_pass():
+    r = build(Ranged, {"count": 1, "share": 0, "timeout_s": None, "caps": {"a": 0}, "free": -5})
+    assert (r.count, r.share, r.timeout_s, r.caps, r.free) == (1, 0.0, None, {"a": 0.0}, -5)
+    assert build(Ranged, {"share": 1, "timeout_s": 0.5}).share == 1.0
+
+
+def test_a_nested_sections_range_is_checked_and_named_with_its_section():
+    @dataclass
+    class Outer:
+        inner: Ranged = field(default_factory=Ranged, metadata={"help": "nested"})
+
+    with pytest.raises(ParamsError, match=r"^inner\.count: must be at least 1, got 0$"):
+        build(Outer, {"inner": {"count": 0}})
+
