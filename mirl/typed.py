@@ -79,6 +79,15 @@ def read_yaml(path: str | Path, what: str = "params file") -> Any:
         raise ParamsError(f"{path}: not valid YAML: {e}") from None
 
 
+def check_ranges(obj: Any, prefix: str = "") -> None:
+    """`check_range` on every field of a dataclass object made in code rather than loaded (nested ones too)."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        check_range(prefix + f.name, value, f.metadata)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_ranges(value, f"{prefix}{f.name}.")
+
+
 def _coerce(key: str, value: Any, tp: Any) -> Any:
     origin = typing.get_origin(tp)
     if tp is Any:

@@ -191,3 +191,76 @@ def test_rollout_reads_the_pipeline_params_file(tmp_path):
     assert stored["models.policy.max_tokens"] == 16 and stored["models.policy.temperature"] == 0.7
     again = cli(*args[:-1], "models.policy.max_tokens=24", timeout=280)
     assert again.returncode == 2 and "models.policy.max_tokens: 16 -> 24" in again.stderr
+
+
+@pytest.mark.parametrize("override, message", [
+    ("profiling.seeds=-3", "profiling.seeds: must be at least 1, got -3"),
+    ("profiling.workers=0", "profiling.workers: must be at least 1, got 0"),
+    ("taxonomy.workers=-3", "taxonomy.workers: must be at least 1, got -3"),
+    ("taxonomy.threshold=1.5", "taxonomy.threshold: must be at least 0 and at most 1, got 1.5"),
+    ("training.group_size=1", "training.group_size: must be at least 2, got 1"),
+    ("training.lr=0", "training.lr: must be above 0, got 0.0"),
+    ("misbehavior_rate.top_p=1.5", "misbehavior_rate.top_p: must be above 0 and at most 1, got 1.5"),
+    ("models.policy.top_p=0", "models.policy.top_p: must be above 0 and at most 1, got 0.0"),
+    ("models.teacher.max_tokens=0",
+     "models.teacher.max_tokens: must be at least 1, got 0"),
+    ("models.stage_budget_usd={profiling: -1}", "models.stage_budget_usd['profiling']: must be at least 0, got -1.0"),
+    ("agent.command_timeout_s=0", "agent.command_timeout_s: must be above 0, got 0.0"),
+    ("sandbox.command_timeout_s=-1", "sandbox.command_timeout_s: must be above 0, got -1.0"),
+])
+def test_a_value_out_of_range_is_an_error_naming_key_value_and_range(override, message):
+    with pytest.raises(ParamsError) as e:
+        pipeline.load(REPO / "params" / "demo.yaml", [override])
+    assert str(e.value) == f"{REPO / 'params' / 'demo.yaml'}: {message}"
+
+
+@pytest.mark.parametrize("override", [
+    "profiling.max_tasks=0",  # 0 = all
+    "profiling.budget_usd=0",  # 0 = no cap
+    "prefixes.per_misbehavior=0",  # held-out prefixes only
+    "agent.max_response_tokens=0",  # 0 = no cap
+    "models.policy.temperature=0",  # greedy
+    "models.policy.top_p=1",
+    "training.temperature=0",
+])
+def test_a_zero_or_edge_value_with_a_meaning_is_kept(override):
+    pipeline.load(REPO / "params" / "demo.yaml", [override])
+
+
+def test_every_bundled_params_file_loads_and_every_default_is_in_its_range():
+    from mirl import recipes
+    from mirl.agent.rollout import RolloutConfig
+    from mirl.typed import BOUNDS, check_ranges
+
+    files = sorted((REPO / "params").rglob("*.yaml"))
+    assert len(files) > 10
+    for f in files:
+        if f.name == "paper_reported.yaml":  # a paper's reported numbers, not a params file
+            continue
+        pipeline.load(f)
+        for r in recipes.load(f):
+            pipeline.load(r.params_file)
+    check_ranges(pipeline.Params())
+    check_ranges(RolloutConfig())
+    for section in pipeline.sections():  # a range key misspelled would be silently ignored
+        cls = pipeline.section_class(section)
+        for f in _fields_deep(cls):
+            assert set(f.metadata) <= {"help", *BOUNDS}, (cls.__name__, f.name, set(f.metadata))
+
+
+def _fields_deep(cls):
+    import dataclasses
+
+    for f in dataclasses.fields(cls):
+        yield f
+        if isinstance(f.default_factory, type) and dataclasses.is_dataclass(f.default_factory):
+            yield from _fields_deep(f.default_factory)
+
+
+def test_params_made_in_code_are_checked_when_a_stage_is_made(tmp_path):
+    from mirl.profiling.stage import ProfilingStage
+
+    p = pipeline.make()
+    p.profiling.seeds = -3
+    with pytest.raises(ParamsError, match=r"^profiling\.seeds: must be at least 1, got -3$"):
+        ProfilingStage(p, tmp_path / "run")

@@ -82,3 +82,13 @@ def test_a_nested_sections_range_is_checked_and_named_with_its_section():
     with pytest.raises(ParamsError, match=r"^inner\.count: must be at least 1, got 0$"):
         build(Outer, {"inner": {"count": 0}})
 
+
+def test_an_override_out_of_range_is_an_error_naming_the_file_and_key(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("profiling: {seeds: 2}\n")
+    assert pipeline.load(f, ["profiling.seeds=1"]).profiling.seeds == 1
+    with pytest.raises(ParamsError, match=rf"^{f}: profiling.seeds: must be at least 1, got -3$"):
+        pipeline.load(f, ["profiling.seeds=-3"])
+    f.write_text("profiling: {seeds: -3}\n")
+    with pytest.raises(ParamsError, match=rf"^{f}: profiling.seeds: must be at least 1, got -3$"):
+        pipeline.load(f)

@@ -17,21 +17,21 @@ class AgentConfig:
         metadata={"help": "text: one fenced ```bash block in the reply (mini-swe-agent text mode); "
                           "tool: one `bash` tool call (mini-swe-agent tool-calling mode, TMax)"},
     )
-    max_steps: int = field(default=64, metadata={"help": "step limit, counting restored prefix steps"})
+    max_steps: int = field(default=64, metadata={"min": 1, "help": "step limit, counting restored prefix steps"})
     agent_timeout_s: float | None = field(
-        default=None, metadata={"help": "wall-clock limit of the agent's turn; None: the task's agent timeout"})
+        default=None, metadata={"above": 0, "help": "wall-clock limit of the agent's turn; None: the task's agent timeout"})
     max_context_tokens: int = field(
-        default=32768, metadata={"help": "end the episode when the next prompt would reach this many tokens"})
+        default=32768, metadata={"min": 1, "help": "end the episode when the next prompt would reach this many tokens"})
     max_response_tokens: int = field(
-        default=0, metadata={"help": "end the episode when the tokens after its first prompt (the agent's replies and the "
+        default=0, metadata={"min": 0, "help": "end the episode when the tokens after its first prompt (the agent's replies and the "
                                      "tool outputs, a response as open-instruct counts it) reach this before a turn; "
                                      "0 = no cap (paper: 65,536; the per-turn cap is models.policy.max_tokens, 16,384)"})
-    command_timeout_s: float = field(default=120.0, metadata={"help": "per-command timeout in the sandbox"})
+    command_timeout_s: float = field(default=120.0, metadata={"above": 0, "help": "per-command timeout in the sandbox"})
     temperature: float | None = field(
-        default=None, metadata={"help": "per-call temperature for a model used without the LLM client; in a params file leave it "
+        default=None, metadata={"min": 0, "help": "per-call temperature for a model used without the LLM client; in a params file leave it "
                           "empty and set models.policy.temperature"})
     max_output_tokens: int | None = field(
-        default=None, metadata={"help": "per-call reply cap for a model used without the LLM client; in a params file leave it "
+        default=None, metadata={"min": 1, "help": "per-call reply cap for a model used without the LLM client; in a params file leave it "
                           "empty and set models.policy.max_tokens"})
     pass_seed: bool = field(
         default=True, metadata={"help": "pass the episode seed to the model so episodes differ reproducibly"})

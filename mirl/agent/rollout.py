@@ -46,13 +46,13 @@ class RolloutConfig:
     task_ids: list[str] = field(default_factory=list, metadata={"help": "only these task ids; empty: all found"})
     model: str = field(default="", metadata={
         "help": "policy model name, e.g. local/smollm2 or hosted_vllm/<id>; empty: llm.policy.model"})
-    seeds: int = field(default=2, metadata={"help": "episodes per task, with seeds first_seed .. first_seed+seeds-1"})
+    seeds: int = field(default=2, metadata={"min": 1, "help": "episodes per task, with seeds first_seed .. first_seed+seeds-1"})
     first_seed: int = field(default=0, metadata={"help": "the first seed"})
     out: str = field(default="runs/rollout", metadata={"help": "run directory; trajectories go to trajectories.jsonl"})
     ledger_dir: str = field(default="", metadata={
         "help": "where the LLM ledger (llm_calls.jsonl) and cache live; empty: `out`. Stages point it at runs/<name>"})
     stage: str = field(default="rollout", metadata={"help": "stage name written on every LLM ledger row"})
-    workers: int = field(default=1, metadata={"help": "episodes played at once (threads, or Ray tasks in flight)"})
+    workers: int = field(default=1, metadata={"min": 1, "help": "episodes played at once (threads, or Ray tasks in flight)"})
     ray_address: str | None = field(default=None, metadata={
         "help": "Ray cluster address (e.g. auto or ray://host:10001); empty: local threads. Task paths must "
                 "be readable on the Ray workers"})

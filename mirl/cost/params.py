@@ -33,7 +33,7 @@ class CostParams:
     up_to: str = field(default="selected", metadata={
         "help": "count training up to: selected (the best checkpoint of the training stage's selection), "
                 "last, or a step number"})
-    up_to_steps: dict[str, int] = field(default_factory=dict, metadata={
+    up_to_steps: dict[str, int] = field(default_factory=dict, metadata={"min": 0,
         "help": "per-run step to count up to, overriding up_to, e.g. {tmax: 120}"})
     phases: list[str] = field(default_factory=lambda: ["preprocessing", "rl"], metadata={
         "help": "phases counted in the comparisons (preprocessing, rl, evaluation, other)"})
@@ -47,7 +47,7 @@ class CostParams:
                                                       metadata={"help": "price per million tokens per model "
                                                                 "{input, cached_input, output, currency}, over "
                                                                 "models.prices; also prices ledger rows that had none"})
-    currency_rates: dict[str, float] = field(default_factory=lambda: dict(PAPER_RATES), metadata={
+    currency_rates: dict[str, float] = field(default_factory=lambda: dict(PAPER_RATES), metadata={"above": 0,
         "help": "USD per unit of each currency, over models.currency_rates"})
     hardware: dict[str, dict[str, str | int]] = field(default_factory=dict, metadata={
         "help": "devices a stage ran on when it recorded no device time: {stage: {kind: A100, count: 8}}; "

@@ -96,9 +96,6 @@ def plan_design(params, run_dir: str | Path, rates_from: str | Path | None = Non
     """The design of `params.misbehavior_rate` for the run in `run_dir`, rates from `rates_from` (a run
     directory), else from this run, else `PRIOR`."""
     s = params.misbehavior_rate
-    if s.samples < 1 or s.per_misbehavior < 1:
-        raise ParamsError(f"misbehavior_rate: samples ({s.samples}) and per_misbehavior ({s.per_misbehavior}) must "
-                          "be at least 1 for an evaluation to measure anything")
     rates, kinds, source = {}, {}, "a prior spread of 0.25-0.95 (no earlier run measured)"
     unusable = []
     for where in [p for p in (rates_from, run_dir) if p]:

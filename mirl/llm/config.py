@@ -37,8 +37,9 @@ from mirl.typed import ParamsError
 EMBEDDED_MODEL = "local/smollm2"
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
+def _help(text: str, **bounds: float) -> dict[str, object]:
+    """A field's metadata: its help text and its range (`min`, `above`, `max`; see `mirl.typed`)."""
+    return {"help": text, **bounds}
 
 
 @dataclass
@@ -49,9 +50,9 @@ class RoleConfig:
         "litellm model name: `hosted_vllm/<hf-id>` (with api_base), `openai/...`, `gemini/...`, "
         "`anthropic/...`, the embedded `local/smollm2`, or `scripted/<name>` in tests"))
     temperature: float | None = field(default=None, metadata=_help(
-        "sampling temperature; empty = the role default (policy 1.0, every other role 0.7)"))
-    top_p: float | None = field(default=None, metadata=_help("nucleus sampling cut-off; empty = provider default"))
-    max_tokens: int = field(default=1024, metadata=_help("most tokens one reply may have"))
+        "sampling temperature; empty = the role default (policy 1.0, every other role 0.7)", min=0))
+    top_p: float | None = field(default=None, metadata=_help("nucleus sampling cut-off; empty = provider default", above=0, max=1))
+    max_tokens: int = field(default=1024, metadata=_help("most tokens one reply may have", min=1))
     seed: int | None = field(default=0, metadata=_help(
         "sampling seed sent with each request (and part of the cache key); empty = none"))
     api_base: str = field(default="", metadata=_help(
@@ -59,24 +60,11 @@ class RoleConfig:
     api_key_env: str = field(default="", metadata=_help(
         "NAME of the environment variable holding the API key (the key itself is never stored); "
         "empty = the provider's usual variable, as litellm reads it"))
-    timeout_s: float = field(default=120.0, metadata=_help("seconds one request may take before it counts as a timeout"))
+    timeout_s: float = field(default=120.0, metadata=_help("seconds one request may take before it counts as a timeout", above=0))
     batch_n: bool = field(default=True, metadata=_help(
         "ask n samples in one request (`n=`); false for providers without `n` (Anthropic): one request per sample"))
     extra: dict[str, Any] = field(default_factory=dict, metadata=_help(
         "further litellm keyword arguments for this role (e.g. reasoning_effort); part of the cache key"))
-
-    def __post_init__(self) -> None:
-        bad = []
-        if isinstance(self.max_tokens, int) and self.max_tokens < 1:
-            bad.append(f"max_tokens must be at least 1, got {self.max_tokens}")
-        if isinstance(self.temperature, (int, float)) and self.temperature < 0:
-            bad.append(f"temperature must be 0 or more, got {self.temperature}")
-        if isinstance(self.top_p, (int, float)) and not 0 < self.top_p <= 1:
-            bad.append(f"top_p must be in (0, 1], got {self.top_p}")
-        if isinstance(self.timeout_s, (int, float)) and self.timeout_s <= 0:
-            bad.append(f"timeout_s must be above 0, got {self.timeout_s}")
-        if bad:
-            raise ParamsError("; ".join(bad))
 
 
 @dataclass
@@ -92,8 +80,8 @@ class LLMConfig:
     rubric_judge: RoleConfig = field(default_factory=RoleConfig, metadata=_help("scores rollouts against rubrics"))
     step_judge: RoleConfig = field(default_factory=RoleConfig, metadata=_help("judges step equivalence (PivotRL)"))
 
-    policy_temperature: float = field(default=1.0, metadata=_help("default temperature of the policy role"))
-    judge_temperature: float = field(default=0.7, metadata=_help("default temperature of every other role"))
+    policy_temperature: float = field(default=1.0, metadata=_help("default temperature of the policy role", min=0))
+    judge_temperature: float = field(default=0.7, metadata=_help("default temperature of every other role", min=0))
 
     cache: bool = field(default=True, metadata=_help(
         "reuse stored answers: a repeated call (same model, messages, sampling, seed, sample index) costs nothing"))
@@ -102,23 +90,23 @@ class LLMConfig:
         "`user` = the shared per-user cache (<user cache>/llm_cache), reused across runs"))
 
     max_tries: int = field(default=5, metadata=_help(
-        "attempts per request on transient errors (rate limit, 5xx, timeout, connection) before it fails"))
-    backoff_s: float = field(default=2.0, metadata=_help("first retry wait in seconds; doubles each try"))
-    backoff_max_s: float = field(default=60.0, metadata=_help("longest wait between tries, in seconds"))
-    jitter: float = field(default=0.25, metadata=_help("random extra wait, as a fraction of the wait (0 = none)"))
+        "attempts per request on transient errors (rate limit, 5xx, timeout, connection) before it fails", min=1))
+    backoff_s: float = field(default=2.0, metadata=_help("first retry wait in seconds; doubles each try", min=0))
+    backoff_max_s: float = field(default=60.0, metadata=_help("longest wait between tries, in seconds", min=0))
+    jitter: float = field(default=0.25, metadata=_help("random extra wait, as a fraction of the wait (0 = none)", min=0))
 
     json_tries: int = field(default=3, metadata=_help(
-        "asks per JSON reply: an invalid reply is re-asked with the validation error appended"))
+        "asks per JSON reply: an invalid reply is re-asked with the validation error appended", min=1))
 
     budget_usd: float | None = field(default=None, metadata=_help(
-        "spend cap for the whole run (all stages in the run's ledger); empty = no cap"))
+        "spend cap for the whole run (all stages in the run's ledger); empty = no cap", min=0))
     stage_budget_usd: dict[str, float] = field(default_factory=dict, metadata=_help(
-        "spend cap per stage name, e.g. {profile: 5.0}; checked before each uncached request"))
+        "spend cap per stage name, e.g. {profile: 5.0}; checked before each uncached request", min=0))
     prices: dict[str, dict[str, float | str]] = field(default_factory=dict, metadata=_help(
         "price per million tokens per model: {model: {input, cached_input, output, currency}} (currency "
         "default USD); overrides litellm's price map; a model in neither costs 0 and its ledger rows say price=none"))
     currency_rates: dict[str, float] = field(default_factory=dict, metadata=_help(
-        "USD per unit of each currency a price names, e.g. {CNY: 0.137}; USD is 1"))
+        "USD per unit of each currency a price names, e.g. {CNY: 0.137}; USD is 1", above=0))
 
     def __post_init__(self) -> None:
         from mirl.llm.pricing import usd_price

@@ -10,14 +10,14 @@ from typing import Literal
 class PrefixParams:
     """Flat on purpose: these are the literals of notebook 03's parameters cell."""
 
-    per_misbehavior: int = field(default=80, metadata={"help": "training prefixes sampled per misbehavior (paper: 80)"})
-    heldout_per_misbehavior: int = field(default=20, metadata={
+    per_misbehavior: int = field(default=80, metadata={"min": 0, "help": "training prefixes sampled per misbehavior (paper: 80)"})
+    heldout_per_misbehavior: int = field(default=20, metadata={"min": 0,
         "help": "held-out prefixes kept per misbehavior for the misbehavior-rate evaluation (paper: 20 unseen): "
                 "candidates no training prefix uses are rerun-checked in waves until this many pass or none is left"})
     seed: int = field(default=0, metadata={"help": "seed of the sampling"})
-    taxonomy_version: int = field(default=0, metadata={"help": "taxonomy version whose kept types are the misbehaviors; 0 = latest"})
+    taxonomy_version: int = field(default=0, metadata={"min": 0, "help": "taxonomy version whose kept types are the misbehaviors; 0 = latest"})
     keep: Literal["exact", "normalized", "snapshot"] = field(default="exact", metadata={
         "help": "which check a prefix must pass to be a training start (paper: exact rerun)"})
     snapshot: bool = field(default=True, metadata={
         "help": "also save the sandbox state after each reproduced prefix and check that restoring it reproduces the next output"})
-    workers: int = field(default=4, metadata={"help": "prefixes checked in parallel"})
+    workers: int = field(default=4, metadata={"min": 1, "help": "prefixes checked in parallel"})

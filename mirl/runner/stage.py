@@ -27,6 +27,7 @@ ledger summary of the stage's LLM calls.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import time
@@ -42,6 +43,7 @@ from mirl.runner.executor import make_executor
 from mirl.runner.fingerprint import check_or_store, stored_digest
 from mirl.runner.layout import RunDir, atomic_write_json, atomic_write_jsonl
 from mirl.runner.progress import PROGRESS, Progress
+from mirl.typed import check_ranges
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,8 @@ class Stage:
     derived: ClassVar[tuple[str, ...]] = ()  # files `finalize` writes (removed with --force)
 
     def __init__(self, params: Any, run_dir: Any):
+        if dataclasses.is_dataclass(params) and not isinstance(params, type):
+            check_ranges(params)  # loaded params were checked as they were read; params made in code are here
         self.params = params
         self.run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
 

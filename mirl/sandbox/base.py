@@ -92,11 +92,11 @@ class SandboxConfig:
     """How sandboxes are made; the same fields for every backend."""
 
     backend: str = field(default="auto", metadata={"help": "auto | docker | bwrap | local"})
-    command_timeout_s: float = field(default=DEFAULT_COMMAND_TIMEOUT_S, metadata={"help": "default per-command timeout"})
-    output_limit: int = field(default=DEFAULT_OUTPUT_LIMIT, metadata={"help": "characters of command output kept (head + tail)"})
+    command_timeout_s: float = field(default=DEFAULT_COMMAND_TIMEOUT_S, metadata={"above": 0, "help": "default per-command timeout"})
+    output_limit: int = field(default=DEFAULT_OUTPUT_LIMIT, metadata={"min": 1, "help": "characters of command output kept (head + tail)"})
     allow_internet: bool = field(default=False, metadata={"help": "let tasks that ask for network have it"})
     base_image: str = field(default="mirl-base", metadata={"help": "local base image substituted for unpullable FROM images"})
-    verifier_tail_lines: int = field(default=40, metadata={"help": "lines of verifier output kept in results"})
+    verifier_tail_lines: int = field(default=40, metadata={"min": 0, "help": "lines of verifier output kept in results"})
     reward_key: str = field(default="mean", metadata={
         "help": "how a reward.json of several keys scores: mean (of all keys, as Harbor), all (1 when every key "
                 "is 1, else 0), or one key's name"})

@@ -78,23 +78,12 @@ class TrainingStage(EpisodeInputs, Stage):
             problems.append(f"reward mirl needs start prefix (a misbehavior to avoid), got start {t.start!r}")
         if t.kl_coef != 0:
             problems.append("kl_coef: only 0 is supported (the paper trains without a KL term)")
-        for name in ("steps", "batch_size", "group_size", "max_tries", "max_steps", "checkpoint_every",
-                     "micro_batch_tokens", "workers"):
-            if getattr(t, name) < 1:
-                problems.append(f"{name} must be at least 1, got {getattr(t, name)}")
-        for name in ("environments", "gpu_budget_hours"):
-            if getattr(t, name) < 0:
-                problems.append(f"{name} must be 0 (none) or more, got {getattr(t, name)}")
         if t.max_tries < t.batch_size:
             problems.append(f"max_tries ({t.max_tries}) must be at least batch_size ({t.batch_size})")
-        if t.group_size < 2:
-            problems.append("group_size must be at least 2: a group of one has no advantage")
         if t.engine == "scale":
             s = t.scale
             if s.zero_stage not in (2, 3):
                 problems.append(f"scale.zero_stage must be 2 or 3, got {s.zero_stage}")
-            if s.rollout_workers < 1:
-                problems.append(f"scale.rollout_workers must be at least 1, got {s.rollout_workers}")
             if s.learners != 1:
                 problems.append(f"scale.learners is {s.learners}: mirl train drives one learner process so far "
                                 "(data-parallel ZeroLearner runs under torchrun: benchmarks/gpu/zero_check.py)")

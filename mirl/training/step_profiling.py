@@ -64,9 +64,6 @@ class StepProfilingStage(EpisodeInputs, Stage):
         super().__init__(params, run_dir)
         self._tasks = tasks
         self._client, self._generator = None, generator  # a token-level policy (tests); else models.policy's
-        s = params.step_profiling
-        if s.actions < 2:
-            raise StageError(f"step_profiling.actions must be at least 2 (one action cannot disagree), got {s.actions}")
 
     def llm_config(self):
         from mirl.training.params import training_llm_config

@@ -104,8 +104,8 @@ def test_a_prefix_without_valid_judgments_and_an_empty_plan_are_not_counted(tmp_
     (run / "prefixes" / "heldout.jsonl").write_text("")
     d = plan_design(load(REPO / "params" / "demo.yaml"), run, rates_from=earlier)
     assert d.prefixes == 0 and "0 held-out prefixes" in d.line() and "none short of 100%" in d.line()
-    with pytest.raises(ParamsError, match="samples"):
-        plan_design(load(REPO / "params" / "demo.yaml", {"misbehavior_rate.samples": 0}), run)
+    with pytest.raises(ParamsError, match=r"misbehavior_rate\.samples: must be at least 1, got 0"):
+        load(REPO / "params" / "demo.yaml", {"misbehavior_rate.samples": 0})  # refused as the params are read
 
 
 def test_an_earlier_run_without_usable_rates_is_named_and_its_held_out_prefixes_still_count(tmp_path):

@@ -177,9 +177,16 @@ def test_two_job_directories_of_one_agent_are_two_runs_of_its_tasks(tmp_path, ta
 
 
 def test_bad_params_and_task_sets_are_refused(tmp_path, tasks):
-    from mirl.evaluate.pass_at_k import PassAtKStage
+    from dataclasses import replace
 
-    with pytest.raises(StageError, match="runs must be at least 1"):
-        PassAtKStage(params(runs=0), tmp_path / "run")
+    from mirl.evaluate.pass_at_k import PassAtKStage
+    from mirl.typed import ParamsError
+
+    with pytest.raises(ParamsError, match=r"pass_at_k\.runs: must be at least 1, got 0"):
+        params(runs=0)  # refused as the params are read
+    p = params()
+    p.pass_at_k = replace(p.pass_at_k, runs=0)  # params made in code: refused when the stage is made
+    with pytest.raises(ParamsError, match=r"^pass_at_k\.runs: must be at least 1, got 0$"):
+        PassAtKStage(p, tmp_path / "run")
     with pytest.raises(StageError, match="pass_at_k.tasks"):
         PassAtKStage(params(tasks=str(tmp_path / "missing")), tmp_path / "run").plan()

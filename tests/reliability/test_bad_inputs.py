@@ -31,7 +31,7 @@ CASES = {
     "params/not_a_mapping.yaml": (None, "must be a mapping of section names"),
     "params/role_not_a_mapping.yaml": (None, "models.policy: must be a mapping"),
     "params/float_for_int.yaml": (None, "profiling.workers: must be an integer, got 1.5"),
-    "params/negative_max_tokens.yaml": (None, "models.policy: max_tokens must be at least 1, got -5"),
+    "params/negative_max_tokens.yaml": (None, "models.policy.max_tokens: must be at least 1, got -5"),
     "params/missing.yaml": (None, "no such params file"),
     "tasks/bad_toml": (None, "task.toml: not valid TOML"),
     "tasks/wrong_type": (None, "verifier.timeout_sec: must be a number, got 'soon'"),

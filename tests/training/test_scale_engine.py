@@ -31,11 +31,12 @@ def test_the_scale_params_file_loads_and_unknown_keys_are_refused():
         load(SCALE_YAML, ["training.scale.zero=3"])
     with pytest.raises(ParamsError, match="training.engine: must be one of"):
         make(training={"engine": "ray"})
+    with pytest.raises(ParamsError, match=r"training\.scale\.rollout_workers: must be at least 1, got 0"):
+        make(training={"scale": {"rollout_workers": 0}})  # meaningless whatever the engine
     assert all(f.metadata.get("help") for f in dataclasses.fields(ScaleParams))
 
 
 @pytest.mark.parametrize("scale,message", [({"zero_stage": 1}, "zero_stage must be 2 or 3"),
-                                           ({"rollout_workers": 0}, "rollout_workers must be at least 1"),
                                            ({"learners": 2}, "learners is 2: .*torchrun")])
 def test_the_stage_refuses_bad_scale_settings(tmp_path, scale, message):
     with pytest.raises(StageError, match=message):
