@@ -92,14 +92,20 @@ def _size_mb(p: _Problems, env: dict, name: str) -> int | None:
     """`<name>_mb` (current Harbor), else the deprecated `<name>` = "2G" / "512M"; None when neither is set."""
     if f"{name}_mb" in env:
         value = _number(p, "task.toml", f"environment.{name}_mb", env[f"{name}_mb"], None)
+        if value is not None and not value.is_integer():  # 0.5 is no size: int() would make it 0, no memory
+            p.add("task.toml", f"environment.{name}_mb", f"must be a whole number of MB, got {env[f'{name}_mb']!r}")
+            return None
         return None if value is None else int(value)
     if name in env:
         m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", str(env[name]), re.I)
         if not m:
             p.add("task.toml", f"environment.{name}", f"must look like '2G' or '512M', got {env[name]!r}")
             return None
+        if float(m.group(1)) <= 0:
+            p.add("task.toml", f"environment.{name}", f"must be a positive size, got {env[name]!r}")
+            return None
         scale = {"": 1 / 2**20, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2}[m.group(2).upper()]
-        return max(1, int(float(m.group(1)) * scale))
+        return max(1, int(float(m.group(1)) * scale))  # under 1 MB (e.g. "512K"): 1 MB
     return None
 
 
