@@ -121,7 +121,7 @@ class Stage:
 
     @property
     def workers(self) -> int:
-        return int(getattr(self.section, "workers", 1) or 1)
+        return int(getattr(self.section, "workers", 1))  # a section's workers is at least 1 (its range)
 
     @property
     def ray_address(self) -> str:

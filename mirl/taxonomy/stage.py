@@ -160,7 +160,7 @@ class TaxonomyStage(Stage):
         the stage's `how`)."""
         p = self.params.taxonomy
         steps = self.order()
-        batches = [steps[i:i + p.batch_size] for i in range(0, len(steps), max(1, p.batch_size))]
+        batches = [steps[i:i + p.batch_size] for i in range(0, len(steps), p.batch_size)]
         if not batches:
             return [], "no error steps"
         ann = self.annotator()
@@ -207,7 +207,7 @@ class TaxonomyStage(Stage):
         types, labels = self.candidates()
         if labels is not None:  # offline: labelled with the candidates
             return []
-        size = max(1, self.params.taxonomy.label_batch_size)
+        size = self.params.taxonomy.label_batch_size
         ids = [s.id for s in self.order()]
         return [Item((b,), (b, ids[i:i + size])) for b, i in enumerate(range(0, len(ids), size))]
 
@@ -221,7 +221,7 @@ class TaxonomyStage(Stage):
     def relabel(self, taxonomy: Taxonomy, ids: list[str]) -> dict[str, list[str]]:
         """Fresh labels for the steps an edit touched (LLM annotator only)."""
         by_id = {s.id: s for s in self.steps()}
-        size = max(1, self.params.taxonomy.label_batch_size)
+        size = self.params.taxonomy.label_batch_size
         out: dict[str, list[str]] = {}
         for i in range(0, len(ids), size):
             reply = self.annotator().label(taxonomy.types, [by_id[x] for x in ids[i:i + size]], by_id)
