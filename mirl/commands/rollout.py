@@ -129,7 +129,14 @@ def _convert(args) -> int:
         kind = "ATIF" if args.export_format == "atif" else "mini-swe-agent"
         print(f"wrote {n} {kind} trajectory file(s) to {args.to}")
         return 0
-    n, failed = 0, 0
+    from mirl.jsonl import read_jsonl
+
+    def key(record: dict) -> str:
+        return json.dumps(record, sort_keys=True, default=str)
+
+    # an import into a file that has records appends: the same trajectory imported again is not added twice
+    have = {key(r) for r in read_jsonl(args.to)[0]}
+    n, failed, already = 0, 0, 0
     with JsonlWriter(args.to) as w:
         for f in find_sources(paths):
             try:
@@ -143,7 +150,12 @@ def _convert(args) -> int:
                 t.meta.pop("line", None)
                 if "imported_from" in t.meta and source:  # a file another tool wrote: say which
                     t.meta["imported_file"] = source
-                w.append(t.to_dict())
+                record = t.to_dict()
+                if key(record) in have:
+                    already += 1
+                    continue
+                have.add(key(record))
+                w.append(record)
                 n += 1
-    print(json.dumps({"imported": n, "skipped": failed, "to": args.to}))
+    print(json.dumps({"imported": n, "skipped": failed, "already_there": already, "to": args.to}))
     return 0

@@ -103,3 +103,14 @@ def test_atif_export_re_reads_to_the_same_steps(tmp_path, capsys):
     assert main(["rollout", "import", str(f), "--to", str(tmp_path / "back.jsonl")]) == 0
     [back] = load_trajectories(tmp_path / "back.jsonl")
     assert back.to_dict() == t.to_dict()
+
+
+def test_importing_the_same_files_again_adds_nothing(tmp_path, capsys):
+    dest = tmp_path / "in.jsonl"
+    assert main(["rollout", "import", *map(str, MINI_FILES[:2]), "--to", str(dest)]) == 0
+    first = dest.read_text()
+    capsys.readouterr()
+    assert main(["rollout", "import", *map(str, MINI_FILES[:3]), "--to", str(dest)]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (report["imported"], report["already_there"]) == (1, 2)
+    assert dest.read_text().startswith(first) and len(load_trajectories(dest)) == 3
