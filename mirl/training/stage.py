@@ -286,11 +286,17 @@ def make_engine(generator: Any, t) -> Any:
     return EmbeddedEngine(generator, config, device=t.device)
 
 
+ENGINE_COUNTERS = ("decode_s", "prefill_s", "host_s", "steps", "row_steps", "prefill_tokens", "cached_tokens",
+                   "prefill_passes")
+
+
 def engine_time(engine: Any) -> dict[str, float]:
-    """The policy engine's own time so far (its decode and prefill passes, wall time of the thread that
-    runs the model) where it counts it: `engine_decode_s`, `engine_prefill_s`."""
+    """The policy engine's own counters so far, where it keeps them (`engine_decode_s`, `engine_prefill_s`:
+    wall time of the thread that runs the model; its decode steps, rows decoded, prompt tokens computed
+    and taken from the prefix cache): what says whether a slow step waited on decoding, on prefill, or
+    on the sandboxes."""
     stats = getattr(getattr(engine, "generator", None), "stats", None) or {}
-    return {f"engine_{k}": float(stats[k]) for k in ("decode_s", "prefill_s") if k in stats}
+    return {f"engine_{k}": float(stats[k]) for k in ENGINE_COUNTERS if k in stats}
 
 
 # --- resume -------------------------------------------------------------------------------------

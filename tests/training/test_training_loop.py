@@ -216,3 +216,19 @@ def test_training_runs_under_the_runners_stage_lock_and_prologue(tmp_path, monke
     with pytest.raises(StageError, match="reads the outputs of 'profiling'"):
         run_training(p, tmp_path, progress=False)
     assert not (tmp_path / "training" / "params.json").exists()
+
+
+def test_engine_time_reports_the_engines_counters_where_it_keeps_them():
+    """A step's metrics say where the collection waited: decode, prefill, how many prompt tokens were
+    computed and how many came from the prefix cache."""
+    from types import SimpleNamespace
+
+    from mirl.training.stage import engine_time
+
+    stats = {"decode_s": 1.5, "prefill_s": 2.0, "host_s": 0.1, "steps": 40, "row_steps": 640, "prefill_tokens": 900,
+             "cached_tokens": 3000, "prefill_passes": 7, "requests": 12}
+    got = engine_time(SimpleNamespace(generator=SimpleNamespace(stats=stats)))
+    assert got == {"engine_decode_s": 1.5, "engine_prefill_s": 2.0, "engine_host_s": 0.1, "engine_steps": 40.0,
+                   "engine_row_steps": 640.0, "engine_prefill_tokens": 900.0, "engine_cached_tokens": 3000.0,
+                   "engine_prefill_passes": 7.0}
+    assert engine_time(SimpleNamespace(generator=None)) == {}
