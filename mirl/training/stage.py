@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -539,11 +540,28 @@ def train(stage: TrainingStage, digest: str, misbehaviors: dict[str, Any], pool:
                                 refresh=False)
                 if on_step is not None:
                     on_step(row)
+                stopped = all_invalid(step, rs, ckpt.latest(stage.checkpoints))
+                if stopped:
+                    log.error("training: %s", stopped)
+                    break
     finally:
         bar.close()
         if hasattr(player, "shutdown"):
             player.shutdown()
     return finalize(stage, stopped, skipped, pool)
+
+
+def all_invalid(step: int, rollouts: list, last: tuple[int, Path] | None) -> str | None:
+    """Why training stops, when every rollout of a step was invalid (a sandbox, engine or judge failing,
+    not the policy: the group statistics exclude invalid rollouts, so such steps train nothing and only
+    spend device time; an H100 run of 2026-12-05 played four of them in a row); None otherwise."""
+    if not rollouts or any(r.reward.valid for r in rollouts):
+        return None
+    why = Counter(r.reward.why_invalid or "no reason recorded" for r in rollouts).most_common(3)
+    resume = f"checkpoint step {last[0]}" if last else "step 1"
+    return (f"every rollout of step {step} was invalid ({len(rollouts)}: "
+            + "; ".join(f"{n} x {w[:200]}" for w, n in why)
+            + f"); fix what fails and run the stage again: it resumes from {resume}")
 
 
 def gpu_hours(run_dir: str | Path, stage: str) -> float:

@@ -232,3 +232,24 @@ def test_engine_time_reports_the_engines_counters_where_it_keeps_them():
                    "engine_row_steps": 640.0, "engine_prefill_tokens": 900.0, "engine_cached_tokens": 3000.0,
                    "engine_prefill_passes": 7.0}
     assert engine_time(SimpleNamespace(generator=None)) == {}
+
+
+def test_a_step_whose_every_rollout_is_invalid_stops_training_naming_the_reasons():
+    """Invalid rollouts are left out of the group statistics, so a step of nothing but invalid ones
+    trains nothing: a broken sandbox or judge must stop the stage, not spend the device's time."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from mirl.training.rewards import Reward, invalid
+    from mirl.training.stage import all_invalid
+
+    def ro(reward):
+        return SimpleNamespace(reward=reward)
+
+    bad = [ro(invalid("sandbox: No space left on device"))] * 5 + [ro(invalid("the step judge failed"))]
+    why = all_invalid(7, bad, (6, Path("step-000006")))
+    assert why.startswith("every rollout of step 7 was invalid (6: 5 x sandbox: No space left on device; "
+                          "1 x the step judge failed)") and why.endswith("resumes from checkpoint step 6")
+    assert "resumes from step 1" in all_invalid(1, bad, None)
+    assert all_invalid(7, bad + [ro(Reward(r_o=False, r_e=True, reward=0.0))], None) is None
+    assert all_invalid(7, [], None) is None
