@@ -125,9 +125,11 @@ def units(notebooks: list[Notebook], recipes: list[Any]) -> list[Unit]:
     return [Unit(nb, r) for nb in notebooks for r in (recipes if nb.stage == "training" and recipes else [None])]
 
 
-def select_units(every: list[Unit], first: str | None, last: str | None) -> list[Unit]:
+def select_units(every: list[Unit], first: str | None, last: str | None,
+                 only: list[str] | None = None) -> list[Unit]:
     """The runs from `first` to `last`: a stage (its name or number: all its recipes' runs), or one
-    recipe's run of the training stage as `training:<recipe>` (or `04:<recipe>`)."""
+    recipe's run of the training stage as `training:<recipe>` (or `04:<recipe>`); with `only`, the
+    training runs of those recipes alone (train one recipe, then evaluate, in one call)."""
     def bounds(which: str) -> tuple[int, int]:
         stage, colon, recipe = which.partition(":")
         nbs = list(dict.fromkeys(u.nb for u in every))
@@ -147,7 +149,15 @@ def select_units(every: list[Unit], first: str | None, last: str | None) -> list
     hi = bounds(last)[1] if last else len(every) - 1
     if lo > hi:
         raise BatchError(f"--from {first} comes after --to {last} in the pipeline")
-    return every[lo:hi + 1]
+    chosen = every[lo:hi + 1]
+    if only:
+        names = [u.recipe.name for u in every if u.recipe]
+        unknown = [n for n in only if n not in names]
+        if unknown:
+            raise BatchError(f"--recipes {','.join(only)}: no recipe {', '.join(map(repr, unknown))} in this batch; "
+                             f"recipes: {', '.join(names) or 'none (the params name none)'}")
+        chosen = [u for u in chosen if u.recipe is None or u.recipe.name in only]
+    return chosen
 
 
 @dataclass
@@ -163,6 +173,7 @@ class BatchSpec:
     force: bool = False
     first: str | None = None
     last: str | None = None
+    recipes: list[str] | None = None  # the recipes whose training runs (None: every one)
     line_every_s: float | None = None  # None: 0.5 s in place on a terminal, 10 s otherwise
 
     @property
@@ -404,8 +415,8 @@ def check_batch(spec: BatchSpec, rates_from: str | Path | None = None) -> list[s
     notebooks, kernel, recipes, every, _ = _plan(spec)
     params = pipeline.load(spec.params_file, spec.overrides)
     lines = [f"params: {len(every)} stage notebook run(s) valid ({', '.join(u.label for u in every)})"]
-    if spec.first or spec.last:  # a misspelt --from/--to fails here, not at the run
-        chosen = select_units(every, spec.first, spec.last)
+    if spec.first or spec.last or spec.recipes:  # a misspelt --from/--to/--recipes fails here, not at the run
+        chosen = select_units(every, spec.first, spec.last, spec.recipes)
         lines.append(f"selected: {', '.join(u.label for u in chosen)}")
     if recipes:
         lines += recipe_budgets(recipes, spec.overrides)
@@ -439,7 +450,7 @@ def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
 
     out = out or sys.stdout
     _, kernel, recipes, every, resolved = _plan(spec)
-    chosen = select_units(every, spec.first, spec.last)
+    chosen = select_units(every, spec.first, spec.last, spec.recipes)
     raw = pipeline.apply_overrides(pipeline.read_file(spec.params_file), spec.overrides)
     if recipes:
         raw["recipes"] = {r.name: str(r.params_file) for r in recipes}

@@ -1,4 +1,4 @@
-"""`mirl batch --params FILE [--name RUN] [--from STAGE] [--to STAGE] [--force] [--check]`: the whole pipeline,
+"""`mirl batch --params FILE [--name RUN] [--from STAGE] [--to STAGE] [--recipes NAME,..] [--force] [--check]`: the whole pipeline,
 resumable; `--check` validates it and prints the evaluation's design instead."""
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", default="demo", help="run name: data in runs/NAME, reports in reports/NAME")
     p.add_argument("--from", dest="first", metavar="STAGE", help="first stage to run: a name or number (02, taxonomy), or one recipe's training (training:mirl)")
     p.add_argument("--to", dest="last", metavar="STAGE", help="last stage to run: a name or number, or one recipe's training (training:tmax)")
+    p.add_argument("--recipes", metavar="NAME[,NAME]", help="train only these recipes (the others' training is "
+                                                            "left out of the --from/--to range; stages after it "
+                                                            "still evaluate every recipe that has a checkpoint)")
     p.add_argument("-p", "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override one parameter, e.g. profiling.max_tasks=3")
     p.add_argument("--force", action="store_true", help="overwrite stage outputs that were made with other params")
@@ -40,7 +43,8 @@ def _batch(args) -> int:
         spec = BatchSpec(params_file=Path(args.params) if args.params else None, run_name=args.name,
                          overrides=parse_overrides(args.overrides), notebooks_dir=Path(args.notebooks),
                          kernel=args.kernel, cell_timeout_s=args.cell_timeout, force=args.force,
-                         first=args.first, last=args.last)
+                         first=args.first, last=args.last,
+                         recipes=[n.strip() for n in args.recipes.split(",") if n.strip()] if args.recipes else None)
         if args.check:
             from mirl.batch import check_batch
 

@@ -84,6 +84,15 @@ def test_one_recipes_training_is_named_by_stage_and_recipe(tmp_path):
         select("prefixes:tmax", None)
     with pytest.raises(BatchError, match="comes after"):
         select("training:tmax", "training:mirl")
+    # --recipes: one recipe trained, then the stages after it, in one call (a --to past the training
+    # stage would otherwise train every recipe on the way)
+    assert [u.key for u in select_units(every, "training:mirl", "prefixes", ["mirl"])] == ["training:mirl", "prefixes"]
+    assert [u.key for u in select_units(every, None, None, ["tmax", "mirl"])] == [
+        "profiling", "training:mirl", "training:tmax", "prefixes"]
+    with pytest.raises(BatchError, match=r"--recipes mirl,rar: no recipe 'rar' in this batch; recipes: mirl, outcome"):
+        select_units(every, None, None, ["mirl", "rar"])
+    with pytest.raises(BatchError, match=r"no recipe 'mirl' in this batch; recipes: none"):
+        select_units(units(nbs, []), None, None, ["mirl"])
 
 
 def test_kernel_registered_at_install_is_the_one_notebooks_name(mirl_kernel, monkeypatch):
