@@ -1,4 +1,4 @@
-"""python3 benchmarks/gpu/engine_bench.py [--sections checks,attention,group,agents,nano,handoff] [--quick]
+"""python3 benchmarks/gpu/engine_bench.py [--sections checks,attention,group,agents,contention,nano,handoff] [--quick]
 
 The continuous-batching engine (`mirl.engines.paged.PagedEngine`) on one GPU, randomly initialised
 models of published shapes (`shapes.py`) in bf16 with a word-level tokenizer. Sections, in one call:
@@ -12,6 +12,8 @@ models of published shapes (`shapes.py`) in bf16 with a word-level tokenizer. Se
 - agents: N concurrent episodes (threads), each its own 500-2,000-token prompt, 4 turns of 128
   sampled tokens with a 100-400-token observation appended between turns; against one group call of
   the same rows (N x 512 from one 1,250-token prompt) and plain `model.generate` (N rows, the floor).
+- contention: `agents` (SmolLM2, N = 64) beside threads that run Python half the time, at the default
+  and at a 0.5 ms thread switch interval: what the GIL costs the engine's owner thread.
 - nano: nano-vllm's benchmark shape (256 sequences, inputs 100-1,024, outputs 100-1,024 tokens, end
   tokens ignored, seed 0, Qwen3-0.6B shape); the share of the HBM bound: the bytes every decode step
   must read (weights once, each live sequence's KV) at the copy rate measured in this call.
@@ -298,6 +300,49 @@ def agents(e: PagedEngine, n: int, seed: int = 0, turns: int = 4, new: int = 128
             "mean_rows": round(d["row_steps"] / max(1, d["steps"]), 1), **d}
 
 
+def contention_rows(e: PagedEngine, name: str, n: int = 64, busy: tuple = (0, 8)) -> list[dict]:
+    """`agents` at N episodes while B other threads run Python half the time (5 ms on, 5 ms off: what
+    episode threads do between model calls: templates, tokenizing, reading sandbox output), at the
+    interpreter's default 5 ms thread switch interval and at 0.5 ms. Every torch call of the engine's
+    owner thread releases the GIL and must win it back; with busy threads each return can wait up to
+    the switch interval (a training step on an H200 saw 58 ms per prefill pass of ~300 tokens and 8.5 ms
+    of host time per decode step, against ~2-3 ms and ~0.3 ms in `agents`)."""
+    agents(e, n, seed=99)  # first: the prefill sizes' and decode buckets' captures (a cold run's passes took 60 ms)
+    out = []
+    for b in busy:
+        for interval in (0.005, 0.0005):
+            stop = threading.Event()
+
+            def spin(stop=stop):
+                x = 0
+                while not stop.is_set():
+                    t = time.perf_counter()
+                    while time.perf_counter() - t < 0.005:
+                        x += 1
+                    time.sleep(0.005)
+
+            old = sys.getswitchinterval()
+            sys.setswitchinterval(interval)
+            spinners = [threading.Thread(target=spin, daemon=True) for _ in range(b)]
+            for t in spinners:
+                t.start()
+            try:
+                a = agents(e, n, seed=100 + len(out))  # new prompts each run: no prefix-cache hits across runs
+            finally:
+                stop.set()
+                for t in spinners:
+                    t.join()
+                sys.setswitchinterval(old)
+            out.append({"shape": name, "episodes": n, "busy_threads": b, "switch_ms": interval * 1e3,
+                        "tokens_per_s": a["tokens_per_s"], "seconds": a["seconds"], "step_ms": a["step_ms"],
+                        "host_ms_per_step": round(1e3 * a["host_s"] / max(1, a["steps"]), 3),
+                        "prefill_ms_per_pass": round(1e3 * a["prefill_s"] / max(1, a["prefill_passes"]), 2),
+                        "prefill_passes": a["prefill_passes"], "prefill_tokens": a["prefill_tokens"],
+                        "errors": a["errors"]})
+            print(out[-1], flush=True)
+    return out
+
+
 def plain_generate(model, rows: int, prompt_len: int, new: int) -> dict:
     rng = random.Random(3)
     ids = torch.tensor([random_ids(rng, prompt_len, model.config.vocab_size)] * rows, device=model.device)
@@ -446,6 +491,8 @@ def main() -> None:
         if "attention" in sections:
             run("attention", section_attention, ceil)
         for name in ("smollm2-135m", "qwen3-1.7b"):
+            if set(sections) <= {"contention"} and name != "smollm2-135m":
+                continue
             if "checks" in sections:  # float32: graphs, no compile (the contract's 1e-4)
                 e = engine_for(name, work, "float32", compiled=False, kv_memory=0.2)
                 run("checks", engine_checks, e, name)
@@ -462,6 +509,8 @@ def main() -> None:
                 run("agents", agents_rows, e, name, (16, 64) if args.quick else (16, 64, 256))
             if "prefill" in sections:
                 run("prefill", prefill_rows, e, name)
+            if "contention" in sections and name == "smollm2-135m":
+                run("contention", contention_rows, e, name)
             if "handoff" in sections:
                 run("handoff", handoff_row, e, name)
             RESULTS.setdefault("kv_capacity", {})[name] = e.kv_capacity
