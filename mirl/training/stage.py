@@ -554,7 +554,7 @@ def train(stage: TrainingStage, digest: str, misbehaviors: dict[str, Any], pool:
 def all_invalid(step: int, rollouts: list, last: tuple[int, Path] | None) -> str | None:
     """Why training stops, when every rollout of a step was invalid (a sandbox, engine or judge failing,
     not the policy: the group statistics exclude invalid rollouts, so such steps train nothing and only
-    spend device time; an H100 run of 2026-12-05 played four of them in a row); None otherwise."""
+    spend device time; an H200 run of 2026-12-05 played four of them in a row); None otherwise."""
     if not rollouts or any(r.reward.valid for r in rollouts):
         return None
     why = Counter(r.reward.why_invalid or "no reason recorded" for r in rollouts).most_common(3)
