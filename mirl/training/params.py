@@ -81,6 +81,9 @@ class TrainingParams:
     group_size: int = field(default=16, metadata={"min": 2, "help": "rollouts per group (paper: 16)"})
     max_tries: int = field(default=32, metadata={"min": 1,
         "help": "most groups drawn per step while dead groups (all rewards equal) are dropped and refilled"})
+    pass_over_dead: int = field(default=0, metadata={"min": 0,
+        "help": "draws of a start passed over after its group was dead, before it is played again (0: never; "
+                "a dead group trains nothing, and a start's next group is rarely live after a dead one)"})
     lr: float = field(default=1e-6, metadata={"above": 0, "help": "AdamW learning rate, constant (paper: 1e-6)"})
     weight_decay: float = field(default=0.0, metadata={"min": 0, "help": "AdamW weight decay"})
     max_grad_norm: float = field(default=1.0, metadata={"above": 0, "help": "gradient clipping norm"})

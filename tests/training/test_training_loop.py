@@ -253,3 +253,43 @@ def test_a_step_whose_every_rollout_is_invalid_stops_training_naming_the_reasons
     assert "resumes from step 1" in all_invalid(1, bad, None)
     assert all_invalid(7, bad + [ro(Reward(r_o=False, r_e=True, reward=0.0))], None) is None
     assert all_invalid(7, [], None) is None
+
+
+def test_a_start_whose_group_was_dead_is_passed_over_and_a_resume_rebuilds_which():
+    """`training.pass_over_dead`: after a dead group, a start's next draws are skipped (not played, not
+    counted as tried), then it is played again; the state a killed run had comes back from its log."""
+    from mirl.training.stage import PassOver
+
+    class ByStart:  # dead or live by the start, whatever the draw
+        def __init__(self, dead):
+            self.dead, self.played = dead, []
+
+        def play_many(self, draws, group_size, seed):
+            self.played += [(d, s.id) for d, s in draws]
+            return [group([0, 0] if s.id in self.dead else [1, 0], start=s.id) for d, s in draws]
+
+    pool = [Start(env=e) for e in "abcd"]
+    starts = Starts(pool, 3)
+    t = TrainingParams(batch_size=1, group_size=2, max_tries=4, pass_over_dead=1)
+    fake, passing, draws, log = ByStart({"a|step0", "b|step0"}), PassOver(1), 0, []
+    for _ in range(6):
+        before = draws
+        live, tried, draws = collect(fake, starts, draws, t, LiveRate(live=1, tried=1), passing)
+        log += [{"draw": d, "live": not all(r == g.rewards[0] for r in g.rewards)} for d, g in tried]
+        assert draws - before >= len(tried)
+    played = dict(fake.played)
+    seq = [starts[d].id for d in range(draws)]
+    for dead in ("a|step0", "b|step0"):  # every play of a dead start is followed by one skipped draw of it
+        mine = [d for d in range(draws) if seq[d] == dead]
+        for first, second in zip(mine, mine[1:]):
+            assert (first in played) != (second in played), (dead, mine, sorted(played))
+    live_draws = [d for d in range(draws) if seq[d] in ("c|step0", "d|step0")]
+    assert all(d in played for d in live_draws)  # live starts are never passed over
+    assert len(played) < draws  # some draws were passed over
+    rebuilt = PassOver.of_log(1, starts, draws, log)
+    assert {k: v for k, v in rebuilt.owed.items() if v} == {k: v for k, v in passing.owed.items() if v}
+    # off (the default): every draw is played
+    fake2 = ByStart({"a|step0", "b|step0"})
+    _, tried, drawn = collect(fake2, starts, 0, TrainingParams(batch_size=1, group_size=2, max_tries=4),
+                              LiveRate(live=1, tried=1))
+    assert drawn == len(tried) and [d for d, _ in fake2.played] == list(range(drawn))
