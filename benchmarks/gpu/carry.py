@@ -43,13 +43,15 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[2]
-# what the kit imports and the image lacks; the closure adds their needs. Two groups, the kit's first,
+# what the kit imports and the image lacks; the closure adds their needs. Groups in order, the kit's first,
 # so the first wheels folders alone serve the stages run outside notebooks (e2e_bench.py)
 ROOTS = {
     "kit": ["litellm", "gguf"],
     # `mirl batch`: papermill on a python3 kernel, the HTML export, ipywidgets for notebook 02's curation UI
     "notebooks": ["papermill", "nbclient", "nbformat", "nbconvert", "ipykernel", "jupyter-client", "jupyter-core",
                   "ipython", "ipywidgets", "traitlets", "pyzmq", "tornado", "comm", "debugpy"],
+    # `py-spy record --gil` of a stage's kernel: which threads hold the GIL while the engine's waits (NOTES.md)
+    "profile": ["py-spy"],
 }
 # installed on the GPU image (Python 3.12.3, /opt/torch/.venv); never carried, whatever version is asked
 IMAGE = {canonicalize_name(n) for n in """

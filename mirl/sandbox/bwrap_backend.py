@@ -27,7 +27,6 @@ back as the new session's upper over the same lowers. Running processes are not 
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import json
 import logging
@@ -60,6 +59,7 @@ from mirl.sandbox.docker_images import safe_name
 from mirl.sandbox.init_script import INIT_CODE
 from mirl.sandbox.loop_disk import DiskUnavailable, LoopDisk
 from mirl.sandbox.owner import owner_gone, owner_id
+from mirl.sandbox.prelude import join_step, prelude_argv
 from mirl.sandbox.process import MARKER_VAR, MemoryCgroup, PidsCgroup, collect, enlarge_pipe
 from mirl.sandbox.snapshot import META, check_task, snapshots_dir, unknown
 from mirl.sandbox.verifier import run_verifier
@@ -182,29 +182,19 @@ def _require() -> Path:
     return rootfs
 
 
-# --- mounting the overlay in a private mount namespace (between fork and exec) -------------
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_unshare, _mount = _libc.unshare, _libc.mount
-CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x00020000, 0x4000, 1 << 18
+# --- mounting the overlay in a private mount namespace (in bwrap's process, before it execs) ----------
 
 
-def _overlay_preexec(options: bytes, merged: bytes, cgroups: list[PidsCgroup], disk: tuple[bytes, bytes] | None):
-    def preexec() -> None:
-        if _unshare(CLONE_NEWNS) != 0 or _mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-            raise OSError(ctypes.get_errno(), "unshare mount namespace")
-        if disk is not None:  # the bounded disk the upper layer lives on (mirl.sandbox.loop_disk)
-            device, layer = disk
-            if _mount(device, layer, b"ext4", 0, None) != 0:
-                raise OSError(ctypes.get_errno(), "mount the session's disk")
-            for sub in (b"upper", b"work"):
-                os.makedirs(os.path.join(layer, sub), exist_ok=True)
-        if _mount(b"overlay", merged, b"overlay", 0, options) != 0:
-            raise OSError(ctypes.get_errno(), "mount overlay")
-        for cgroup in cgroups:
-            cgroup.join_self()
-
-    return preexec
+def _overlay_steps(options: bytes, merged: bytes, cgroups: list[PidsCgroup], disk: tuple[bytes, bytes] | None):
+    """`mirl.sandbox.prelude` steps: a private mount namespace, the session's disk (if any) and the
+    overlay on `merged`, then the cgroups; bwrap, exec'd after them, binds `merged` as the root."""
+    steps: list[tuple] = [("unshare",)]
+    if disk is not None:  # the bounded disk the upper layer lives on (mirl.sandbox.loop_disk)
+        device, layer = disk
+        steps.append(("mount", device, layer, b"ext4", 0, None, "mount the session's disk"))
+        steps += [("mkdirs", layer + b"/" + sub) for sub in (b"upper", b"work")]
+    steps.append(("mount", b"overlay", merged, b"overlay", 0, options, "mount overlay"))
+    return steps + [join_step(c) for c in cgroups]
 
 
 class Box:
@@ -273,28 +263,32 @@ class Box:
         self.log_path = workdir / "bwrap.log"
         try:
             with open(self.log_path, "wb") as errlog:
-                self.proc = subprocess.Popen(
-                    args,
+                steps = _overlay_steps(options, str(merged).encode(),
+                                       [c for c in (self.cgroup, self.memory) if c is not None],
+                                       (disk.device.encode(), str(self.layer).encode()) if disk else None)
+                self.proc = subprocess.Popen(  # no preexec_fn: a vfork, the GIL stays free (see prelude.py)
+                    prelude_argv(steps, args),
                     stdin=subprocess.DEVNULL,
                     stdout=errlog,
                     stderr=errlog,
                     pass_fds=(child.fileno(),),
-                    preexec_fn=_overlay_preexec(options, str(merged).encode(),
-                                                [c for c in (self.cgroup, self.memory) if c is not None],
-                                                (disk.device.encode(), str(self.layer).encode()) if disk else None),
                     start_new_session=True,
                 )
-        except subprocess.SubprocessError as e:
-            what = "the session's disk or the overlay" if disk is not None else "the overlay"
-            raise SandboxError(f"could not start the sandbox (mounting {what} failed: {e}); is overlayfs "
-                               "available?") from e
         finally:
             child.close()
         ready = self.chan.wait_for(lambda m: m["op"] == "ready", START_TIMEOUT_S)
         if disk is not None:  # mounted in the sandbox's namespace now (or never): it holds the device
             disk.release()
         if ready is None:
+            try:  # a prelude step that failed has written why and exits
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
             detail = self._log_tail()
+            if "mirl-prelude:" in detail:
+                what = "the session's disk or the overlay" if disk is not None else "the overlay"
+                raise SandboxError(f"could not start the sandbox (mounting {what} failed: {detail}); is overlayfs "
+                                   "available?")
             raise SandboxError(f"the bwrap sandbox did not start: {detail or 'no output'}")
 
     @property

@@ -24,7 +24,6 @@ that dies (an agent may kill it) is replaced by a fresh one at the next command.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import select
@@ -52,6 +51,7 @@ from mirl.sandbox.base import (
 )
 from mirl.sandbox.channel import Channel
 from mirl.sandbox.init_script import INIT_CODE
+from mirl.sandbox.prelude import join_step, prelude_argv
 from mirl.sandbox.process import (
     MARKER_VAR,
     PidsCgroup,
@@ -74,9 +74,7 @@ _unshare_ok: bool | None = None
 _overlay_ok: bool | None = None
 _unshare_lock = threading.Lock()
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.setns.argtypes = (ctypes.c_int, ctypes.c_int)
-CLONE_NEWNS, MS_BIND, MS_REC, MS_PRIVATE = 0x00020000, 0x1000, 0x4000, 1 << 18
+MS_BIND = 0x1000
 
 
 def unshare_works() -> bool:
@@ -140,32 +138,24 @@ def _sweep_on(tokens: list[bytes], sids: list[int], rounds: int = 20) -> None:
         if not kill_tree(tokens, sids, max_s=0.5):
             return
 
-def _runner_preexec(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | None, overlay: bytes | None = None,
-                    namespace: int | None = None):
-    """Between fork and exec of the runner: join the cgroup, then (if binds) a private mount
-    namespace with the session's directories bound over the host paths; with `overlay` (its mount
-    options), /etc is an overlay rather than a bind. With `namespace` (a descriptor of the session's
-    mount namespace, made by its first runner), that namespace is joined as it is instead."""
-
-    def preexec() -> None:
-        if cgroup is not None:
-            cgroup.join_self()
-        if namespace is not None:
-            if _libc.setns(namespace, CLONE_NEWNS) != 0:
-                raise OSError(ctypes.get_errno(), "join the session's mount namespace")
-            return
-        if not binds:
-            return
-        if _libc.unshare(CLONE_NEWNS) != 0 or _libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-            raise OSError(ctypes.get_errno(), "unshare mount namespace")
-        for src, dest in binds:
-            if overlay is not None and dest == b"/etc":
-                if _libc.mount(b"overlay", dest, b"overlay", 0, overlay) != 0:
-                    raise OSError(ctypes.get_errno(), f"overlay mount on {dest!r}")
-            elif _libc.mount(src, dest, None, MS_BIND, None) != 0:
-                raise OSError(ctypes.get_errno(), f"bind mount {src!r} on {dest!r}")
-
-    return preexec
+def _runner_steps(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | None, overlay: bytes | None = None,
+                  namespace: int | None = None) -> list[tuple]:
+    """What the runner does before it runs (`mirl.sandbox.prelude`): join the cgroup, then (if binds)
+    a private mount namespace with the session's directories bound over the host paths; with `overlay`
+    (its mount options), /etc is an overlay rather than a bind. With `namespace` (a descriptor of the
+    session's mount namespace, made by its first runner), that namespace is joined as it is instead."""
+    steps = [join_step(cgroup)] if cgroup is not None else []
+    if namespace is not None:
+        return steps + [("setns", namespace)]
+    if not binds:
+        return steps
+    steps.append(("unshare",))
+    for src, dest in binds:
+        if overlay is not None and dest == b"/etc":
+            steps.append(("mount", b"overlay", dest, b"overlay", 0, overlay, f"overlay mount on {dest!r}"))
+        else:
+            steps.append(("mount", src, dest, None, MS_BIND, None, f"bind mount {src!r} on {dest!r}"))
+    return steps
 
 
 class Runner(Channel):
@@ -176,13 +166,14 @@ class Runner(Channel):
         self.next_id = 0
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         Channel.__init__(self, host, "the local command runner")
-        argv = [sys.executable, "-I", "-S", "-c", INIT_CODE, str(child.fileno())]
         mounts = [(str(src).encode(), dest.encode()) for src, dest in binds]
-        try:
+        steps = _runner_steps(mounts, cgroup, overlay.encode() if overlay else None, namespace)
+        argv = prelude_argv(steps, [sys.executable, "-I", "-S", "-c", INIT_CODE, str(child.fileno())])
+        try:  # no preexec_fn: a vfork, so starting a session never holds the GIL for a fork (see prelude.py)
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd,
-                env=env, pass_fds=(child.fileno(),), start_new_session=True,
-                preexec_fn=_runner_preexec(mounts, cgroup, overlay.encode() if overlay else None, namespace),
+                env=env, pass_fds=(child.fileno(),) + ((namespace,) if namespace is not None else ()),
+                start_new_session=True,
             )
         except (OSError, subprocess.SubprocessError) as e:
             host.close()
@@ -192,6 +183,10 @@ class Runner(Channel):
             child.close()
         if self.wait_for(lambda m: m["op"] == "ready", RUNNER_START_S) is None:
             detail = b""
+            try:  # a prelude step that failed has written why and exits
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
             if self.proc.poll() is not None and self.proc.stderr is not None:
                 detail = self.proc.stderr.read()[-800:]
             self.close()

@@ -91,3 +91,26 @@ def test_close_leaves_no_mounts_or_temp_dirs(sandbox):
         with open(mounts) as f:
             assert tmp not in f.read()
     assert not Path(f"/proc/{pid}").exists() and not s.tmp.exists()
+
+
+def test_starting_a_box_never_forks_the_interpreter(sandbox):
+    """The overlay and the cgroups are set up in bwrap's own process before it execs
+    (`mirl.sandbox.prelude`), not in a preexec_fn, which forks with the GIL held: no at-fork hook runs."""
+    import os
+
+    forks, watch = [], []
+    os.register_at_fork(before=lambda: forks.append(1) if watch else None)
+    watch.append(True)
+    try:
+        with sandbox.start(data_task("contract-basic")) as s:
+            assert s.run("cat /etc/debian_version").exit_code == 0
+    finally:
+        watch.clear()
+    assert forks == []
+
+
+def test_an_overlay_that_cannot_be_mounted_says_so(sandbox, monkeypatch):
+    monkeypatch.setattr(bwrap_backend, "_overlay_steps", lambda *a: [
+        ("unshare",), ("mount", b"overlay", b"/nonexistent-merged", b"overlay", 0, b"lowerdir=/", "mount overlay")])
+    with pytest.raises(SandboxError, match=r"mounting the overlay failed: .*mirl-prelude: mount overlay: \[Errno"):
+        sandbox.start(data_task("contract-basic"))

@@ -259,3 +259,38 @@ def test_a_runner_whose_socket_hung_up_is_not_alive_before_it_can_be_reaped():
         assert not runner.alive()
     finally:
         host.close()
+
+
+_FORKS: list[int] = []
+_WATCH: list[bool] = []
+os.register_at_fork(before=lambda: _FORKS.append(1) if _WATCH else None)
+
+
+def test_starting_a_session_never_forks_the_interpreter(sandbox, task_factory):
+    """A Popen with a preexec_fn forks (never vforks) and holds the GIL until the child has run it: in a
+    process that owns a GPU, tens of ms of copied page tables per session in which no other thread runs,
+    the engine's owner thread included. The runner sets itself up (`mirl.sandbox.prelude`), so starting
+    a session, and a runner after one died, forks no interpreter at all (at-fork hooks never run)."""
+    namespaced()
+    _FORKS.clear()
+    _WATCH.append(True)
+    try:
+        with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /app\n")) as s:
+            assert s.run("echo x > /etc/mirl-fork-probe").exit_code == 0
+            s.run(f"kill -9 {s.runner.proc.pid}")
+            r = s.run("cat /etc/mirl-fork-probe")  # a new runner, in the session's namespace
+            assert r.exit_code == 0 and r.output == "x\n", r.output
+    finally:
+        _WATCH.clear()
+    assert _FORKS == []
+
+
+def test_a_runner_that_cannot_set_itself_up_says_why(sandbox, task_factory, monkeypatch):
+    namespaced()
+    monkeypatch.setattr(local_backend, "_runner_steps", lambda *a: [("mount", b"/nonexistent-src", b"/nonexistent-dest",
+                                                                     None, 0x1000, None, "bind mount of the probe")])
+    from mirl.sandbox.base import SandboxError
+
+    with pytest.raises(SandboxError, match=r"the command runner did not start: mirl-prelude: bind mount of the probe"):
+        with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /app\n")):
+            pass
