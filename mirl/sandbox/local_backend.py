@@ -10,7 +10,9 @@ COPY into a directory the host already fills (`COPY opt /opt`) is merged entry b
 /etc are the session's own, so sessions of one task side by side do not see each other's files or
 users. /etc is an overlay over the host's (the task's files and the session's writes in the upper
 layer), which costs one mount; where overlayfs is not available it is a copy of the host's /etc
-(0.1 to 1 s a session, more the busier the disk: /etc holds thousands of files and links).
+(0.1 to 1 s a session, more the busier the disk: /etc holds thousands of files and links). Every
+other mount is read-only in that namespace (but /proc, /sys and /dev): a command cannot change the
+host's files, though it still sees its processes, network and kernel knobs.
 Otherwise commands run in the temp copy of WORKDIR and absolute paths point at the host (RUN
 lines too: a line writing to /app writes the host's /app). RUN lines that install packages are
 skipped with a warning; install them on the machine yourself.
@@ -139,35 +141,41 @@ def _sweep_on(tokens: list[bytes], sids: list[int], rounds: int = 20) -> None:
             return
 
 def _runner_steps(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | None, overlay: bytes | None = None,
-                  namespace: int | None = None) -> list[tuple]:
+                  namespace: int | None = None, private: bytes | None = None) -> list[tuple]:
     """What the runner does before it runs (`mirl.sandbox.prelude`): join the cgroup, then (if binds)
     a private mount namespace with the session's directories bound over the host paths; with `overlay`
-    (its mount options), /etc is an overlay rather than a bind. With `namespace` (a descriptor of the
-    session's mount namespace, made by its first runner), that namespace is joined as it is instead."""
+    (its mount options), /etc is an overlay rather than a bind; then every other mount read-only but
+    the session's `private` directory (its temp root and HOME, wherever the temp directory is). With
+    `namespace` (a descriptor of the session's mount namespace, made by its first runner), that
+    namespace is joined as it is instead."""
     steps = [join_step(cgroup)] if cgroup is not None else []
     if namespace is not None:
         return steps + [("setns", namespace)]
     if not binds:
         return steps
     steps.append(("unshare",))
+    if private is not None:  # its own mount, so that it stays writable below
+        steps.append(("mount", private, private, None, MS_BIND, None, f"bind mount {private!r} on itself"))
     for src, dest in binds:
         if overlay is not None and dest == b"/etc":
             steps.append(("mount", b"overlay", dest, b"overlay", 0, overlay, f"overlay mount on {dest!r}"))
         else:
             steps.append(("mount", src, dest, None, MS_BIND, None, f"bind mount {src!r} on {dest!r}"))
-    return steps
+    keep = [dest for _, dest in binds] + ([private] if private is not None else [])
+    return steps + [("readonly", keep)]
 
 
 class Runner(Channel):
     """The session's long-lived runner (`init_script.INIT_CODE`) and its control socket."""
 
     def __init__(self, binds: list[tuple[Path, str]], cgroup: PidsCgroup | None, env: dict[str, str], cwd: str,
-                 overlay: str | None = None, namespace: int | None = None):
+                 overlay: str | None = None, namespace: int | None = None, private: Path | None = None):
         self.next_id = 0
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         Channel.__init__(self, host, "the local command runner")
         mounts = [(str(src).encode(), dest.encode()) for src, dest in binds]
-        steps = _runner_steps(mounts, cgroup, overlay.encode() if overlay else None, namespace)
+        steps = _runner_steps(mounts, cgroup, overlay.encode() if overlay else None, namespace,
+                              str(private).encode() if private is not None else None)
         argv = prelude_argv(steps, [sys.executable, "-I", "-S", "-c", INIT_CODE, str(child.fileno())])
         try:  # no preexec_fn: a vfork, so starting a session never holds the GIL for a fork (see prelude.py)
             self.proc = subprocess.Popen(
@@ -386,7 +394,7 @@ class LocalSession:
         processes the dead one left see the same mounts as new ones (never a second overlay on one
         upper layer)."""
         env = {"PATH": self.env["PATH"], "LANG": self.env["LANG"], SESSION_VAR: self.id}
-        runner = Runner(self.binds, self.cgroup, env, str(self.root), self.overlay, self.namespace)
+        runner = Runner(self.binds, self.cgroup, env, str(self.root), self.overlay, self.namespace, self.tmp)
         if self.binds and self.namespace is None:
             try:
                 self.namespace = os.open(f"/proc/{runner.proc.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)

@@ -294,3 +294,23 @@ def test_a_runner_that_cannot_set_itself_up_says_why(sandbox, task_factory, monk
     with pytest.raises(SandboxError, match=r"the command runner did not start: mirl-prelude: bind mount of the probe"):
         with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /app\n")):
             pass
+
+
+def test_the_hosts_files_are_read_only_in_a_session(sandbox, task_factory):
+    """A policy at temperature 1.0 runs what it samples as root: once `chmod` on the host's /bin took a GPU
+    machine's bash away mid-run. In the session's mount namespace every host mount is read-only; the
+    session's own /app, /tmp, /etc, HOME and /logs stay writable."""
+    namespaced()
+    probe = Path("/usr/mirl-ro-probe")
+    try:
+        with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /app\n")) as s:
+            mode = oct(os.stat("/usr/bin/env").st_mode)[-3:]  # set again as it is: harmless if the test fails
+            r = s.run(f"touch {probe}; echo $?; chmod {mode} /usr/bin/env; echo $?")
+            code_touch, code_chmod = r.output.split()[-2:]
+            assert code_touch != "0" and code_chmod != "0", r.output
+            assert "Read-only file system" in r.output, r.output
+            w = s.run('for d in /app /tmp /etc "$HOME" /logs/verifier; do echo x > "$d/mirl-w" || exit 1; done; echo ok')
+            assert w.exit_code == 0 and w.output.strip() == "ok", w.output
+    finally:
+        probe.unlink(missing_ok=True)
+    assert not probe.exists()
