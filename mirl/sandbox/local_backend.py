@@ -10,9 +10,9 @@ COPY into a directory the host already fills (`COPY opt /opt`) is merged entry b
 /etc are the session's own, so sessions of one task side by side do not see each other's files or
 users. /etc is an overlay over the host's (the task's files and the session's writes in the upper
 layer), which costs one mount; where overlayfs is not available it is a copy of the host's /etc
-(0.1 to 1 s a session, more the busier the disk: /etc holds thousands of files and links). Every
-other mount is read-only in that namespace (but /proc, /sys and /dev): a command cannot change the
-host's files, though it still sees its processes, network and kernel knobs.
+(0.1 to 1 s a session, more the busier the disk: /etc holds thousands of files and links). The
+host's /usr, /bin, /sbin, /lib*, /boot and /opt are read-only there (`READ_ONLY`): a command cannot
+change the host's programs, though it still sees its processes, network, kernel knobs and other files.
 Otherwise commands run in the temp copy of WORKDIR and absolute paths point at the host (RUN
 lines too: a line writing to /app writes the host's /app). RUN lines that install packages are
 skipped with a warning; install them on the machine yourself.
@@ -77,6 +77,9 @@ _overlay_ok: bool | None = None
 _unshare_lock = threading.Lock()
 
 MS_BIND = 0x1000
+# read-only in a session's namespace: the host's programs, libraries and installed software (a GPU image's
+# Python and torch live under /opt); the rest of the host stays writable for what a task creates (/solution)
+READ_ONLY = [b"/usr", b"/bin", b"/sbin", b"/lib", b"/lib32", b"/lib64", b"/libx32", b"/boot", b"/opt"]
 
 
 def unshare_works() -> bool:
@@ -141,42 +144,54 @@ def _sweep_on(tokens: list[bytes], sids: list[int], rounds: int = 20) -> None:
             return
 
 def _runner_steps(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | None, overlay: bytes | None = None,
-                  namespace: int | None = None, private: bytes | None = None) -> list[tuple]:
+                  namespace: int | None = None) -> list[tuple]:
     """What the runner does before it runs (`mirl.sandbox.prelude`): join the cgroup, then (if binds)
-    a private mount namespace with the session's directories bound over the host paths; with `overlay`
-    (its mount options), /etc is an overlay rather than a bind; then every other mount read-only but
-    the session's `private` directory (its temp root and HOME, wherever the temp directory is). With
-    `namespace` (a descriptor of the session's mount namespace, made by its first runner), that
-    namespace is joined as it is instead."""
+    a private mount namespace where the host's programs and libraries are read-only (READ_ONLY) and
+    the session's directories are bound over the host paths; with `overlay` (its mount options), /etc
+    is an overlay rather than a bind. With `namespace` (a descriptor of the session's mount namespace,
+    made by its first runner), that namespace is joined as it is instead."""
     steps = [join_step(cgroup)] if cgroup is not None else []
     if namespace is not None:
         return steps + [("setns", namespace)]
     if not binds:
         return steps
-    steps.append(("unshare",))
-    if private is not None:  # its own mount, so that it stays writable below
-        steps.append(("mount", private, private, None, MS_BIND, None, f"bind mount {private!r} on itself"))
+    steps += [("unshare",), ("readonly", READ_ONLY)]
     for src, dest in binds:
         if overlay is not None and dest == b"/etc":
             steps.append(("mount", b"overlay", dest, b"overlay", 0, overlay, f"overlay mount on {dest!r}"))
         else:
             steps.append(("mount", src, dest, None, MS_BIND, None, f"bind mount {src!r} on {dest!r}"))
-    keep = [dest for _, dest in binds] + ([private] if private is not None else [])
-    return steps + [("readonly", keep)]
+    return steps
+
+
+def _runner_python(dests: list[str]) -> str:
+    """The interpreter the runner runs on: this one, unless a bind of the session hides it or its
+    library (a task whose WORKDIR is /root, with Python installed under /root/.pyenv), then the
+    system's. The runner imports only built-in modules, so any Python 3 serves."""
+    def hidden(path: str) -> bool:
+        return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dests)
+
+    if not (hidden(os.path.realpath(sys.executable)) or hidden(os.path.realpath(sys.base_prefix))):
+        return sys.executable
+    for system in ("/usr/bin/python3", "/bin/python3"):
+        if os.path.exists(system) and not hidden(os.path.realpath(system)):
+            return system
+    raise SandboxError(f"local sandbox: the session's binds ({', '.join(dests)}) hide this Python ({sys.executable}) "
+                       "and there is no /usr/bin/python3 to run the command runner on")
 
 
 class Runner(Channel):
     """The session's long-lived runner (`init_script.INIT_CODE`) and its control socket."""
 
     def __init__(self, binds: list[tuple[Path, str]], cgroup: PidsCgroup | None, env: dict[str, str], cwd: str,
-                 overlay: str | None = None, namespace: int | None = None, private: Path | None = None):
+                 overlay: str | None = None, namespace: int | None = None):
         self.next_id = 0
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         Channel.__init__(self, host, "the local command runner")
         mounts = [(str(src).encode(), dest.encode()) for src, dest in binds]
-        steps = _runner_steps(mounts, cgroup, overlay.encode() if overlay else None, namespace,
-                              str(private).encode() if private is not None else None)
-        argv = prelude_argv(steps, [sys.executable, "-I", "-S", "-c", INIT_CODE, str(child.fileno())])
+        steps = _runner_steps(mounts, cgroup, overlay.encode() if overlay else None, namespace)
+        python = _runner_python([dest for _, dest in binds])
+        argv = prelude_argv(steps, [python, "-I", "-S", "-c", INIT_CODE, str(child.fileno())])
         try:  # no preexec_fn: a vfork, so starting a session never holds the GIL for a fork (see prelude.py)
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd,
@@ -394,7 +409,7 @@ class LocalSession:
         processes the dead one left see the same mounts as new ones (never a second overlay on one
         upper layer)."""
         env = {"PATH": self.env["PATH"], "LANG": self.env["LANG"], SESSION_VAR: self.id}
-        runner = Runner(self.binds, self.cgroup, env, str(self.root), self.overlay, self.namespace, self.tmp)
+        runner = Runner(self.binds, self.cgroup, env, str(self.root), self.overlay, self.namespace)
         if self.binds and self.namespace is None:
             try:
                 self.namespace = os.open(f"/proc/{runner.proc.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)

@@ -14,11 +14,10 @@ fails writes `mirl-prelude: WHAT: ERROR` to stderr and exits 126 without running
 - ("unshare",): a private mount namespace, propagation private from `/` down
 - ("mount", source, target, fstype, flags, data, what): mount(2); `what` names it in the error
 - ("mkdirs", path): os.makedirs(path, exist_ok=True)
-- ("readonly", keep): remount read-only every mount this namespace has (each one's own flags kept), but
-  those at or under a path in `keep` (the session's binds) and under /proc, /sys and /dev: what runs in
-  it cannot change the host's files (a policy's `chmod -R 644 /bin` once took a GPU machine's bash away
-  mid-run). Only a remount of `/` must succeed; a mount hidden under a bind cannot be reached, and is
-  left as it is.
+- ("readonly", paths): each of these directories (where it is one, not a link) bound on itself with what
+  is mounted below it and made read-only, its other flags kept: what runs in the namespace cannot change
+  the host's programs and libraries (a policy's `chmod` on /bin once took a GPU machine's bash away
+  mid-run); mounts made after this step (a session's binds) stay writable.
 """
 
 from __future__ import annotations
@@ -60,21 +59,14 @@ for step in marshal.loads(bytes.fromhex(sys.argv[1])):
     elif op == "mount":
         check(libc.mount(step[1], step[2], step[3], step[4], step[5]), step[6])
     elif op == "readonly":
-        keep = [k.rstrip(b"/") for k in step[1]] + [b"/proc", b"/sys", b"/dev"]
-        flags = {"nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1024, "nodiratime": 2048,
-                 "relatime": 1 << 21, "strictatime": 1 << 24}
-        with open("/proc/self/mountinfo", "rb") as f:
-            mounts = [line.split(b" ") for line in f.read().splitlines()]
-        for fields in mounts:
-            point = fields[4]
-            for esc in (b"\\040", b"\\011", b"\\012", b"\\134"):
-                point = point.replace(esc, bytes([int(esc[1:], 8)]))
-            if any(point == k or point.startswith(k + b"/") for k in keep if k):
+        for path in step[1]:
+            if os.path.islink(path) or not os.path.isdir(path):
                 continue
-            own = sum(flags.get(o, 0) for o in fields[5].decode().split(","))
-            rc = libc.mount(None, point, None, 32 | 4096 | 1 | own, None)  # MS_REMOUNT | MS_BIND | MS_RDONLY
-            if point == b"/":
-                check(rc, "remount / read-only")
+            st = os.statvfs(path).f_flag
+            own = (st & (2 | 4 | 8 | 1024 | 2048)) | ((1 << 21) if st & 4096 else 0)  # nosuid nodev noexec atime
+            check(libc.mount(path, path, None, 4096 | 16384, None), "bind %r on itself" % path)  # MS_BIND | MS_REC
+            check(libc.mount(None, path, None, 32 | 4096 | 1 | own, None),  # MS_REMOUNT | MS_BIND | MS_RDONLY
+                  "make %r read-only" % path)
     elif op == "mkdirs":
         try:
             os.makedirs(step[1], exist_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from sandbox_helpers import data_task
 
 from mirl.sandbox import local_backend
 from mirl.sandbox.base import SandboxConfig
+from mirl.sandbox.files import upload
 from mirl.sandbox.select import make_sandbox
 from tests.real import missing
 
@@ -296,21 +298,41 @@ def test_a_runner_that_cannot_set_itself_up_says_why(sandbox, task_factory, monk
             pass
 
 
-def test_the_hosts_files_are_read_only_in_a_session(sandbox, task_factory):
+def test_the_hosts_programs_are_read_only_in_a_session(sandbox, task_factory, tmp_path):
+
     """A policy at temperature 1.0 runs what it samples as root: once `chmod` on the host's /bin took a GPU
-    machine's bash away mid-run. In the session's mount namespace every host mount is read-only; the
-    session's own /app, /tmp, /etc, HOME and /logs stay writable."""
+    machine's bash away mid-run. In the session's mount namespace the host's /usr, /bin, /lib*, /opt ...
+    are read-only; the session's own /app, /tmp, /etc, HOME and /logs stay writable, and so does a new
+    top-level directory (the oracle's /solution)."""
     namespaced()
     probe = Path("/usr/mirl-ro-probe")
     try:
-        with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /app\n")) as s:
+        with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /usr/src/app\n")) as s:
             mode = oct(os.stat("/usr/bin/env").st_mode)[-3:]  # set again as it is: harmless if the test fails
             r = s.run(f"touch {probe}; echo $?; chmod {mode} /usr/bin/env; echo $?")
             code_touch, code_chmod = r.output.split()[-2:]
             assert code_touch != "0" and code_chmod != "0", r.output
             assert "Read-only file system" in r.output, r.output
-            w = s.run('for d in /app /tmp /etc "$HOME" /logs/verifier; do echo x > "$d/mirl-w" || exit 1; done; echo ok')
+            w = s.run('for d in /usr/src/app /tmp /etc "$HOME" /logs/verifier; do echo x > "$d/mirl-w" || exit 1; done; '
+                      'echo ok')
             assert w.exit_code == 0 and w.output.strip() == "ok", w.output
+            src = tmp_path / "solve.sh"
+            src.write_text("echo solved\n")
+            upload(s, {"solve.sh": src}, "/mirl-solution-probe")  # as the oracle uploads /solution
+            assert s.run("bash /mirl-solution-probe/solve.sh").output == "solved\n"
     finally:
         probe.unlink(missing_ok=True)
+        shutil.rmtree("/mirl-solution-probe", ignore_errors=True)
     assert not probe.exists()
+
+
+def test_a_bind_over_this_pythons_home_runs_the_runner_on_the_systems(sandbox, task_factory):
+    """A task whose WORKDIR is /root (termigen's cloudflare_dns_caa_record_setup_medium) hides a Python
+    installed under /root (pyenv): the runner then runs on /usr/bin/python3 instead of failing to start."""
+    namespaced()
+    home = os.path.dirname(os.path.realpath(sys.executable))
+    assert local_backend._runner_python([home]) == "/usr/bin/python3"
+    assert local_backend._runner_python(["/srv/mirl-unrelated"]) == sys.executable
+    with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /root\n")) as s:
+        r = s.run("pwd && ls -A")
+        assert r.exit_code == 0 and r.output.split()[0] == "/root", r.output
