@@ -290,14 +290,6 @@ class PidsCgroup:
     def _limit(cls, path: Path, limit: int) -> None:
         (path / cls.LIMIT_FILE).write_text(str(limit))
 
-    def join_self(self) -> None:
-        """Move the calling process in (meant for a child between fork and exec)."""
-        fd = os.open(str(self.path / "cgroup.procs"), os.O_WRONLY)
-        try:
-            os.write(fd, b"0")
-        finally:
-            os.close(fd)
-
     @classmethod
     def sweep_stale(cls, prefix: str = "mirl-") -> int:
         """Remove the groups (and kill the processes) whose owning process is gone; how many."""
