@@ -136,7 +136,9 @@ def read_file(path: str | Path | None, _seen: tuple[Path, ...] = ()) -> dict[str
     if path is None or str(path) == "":
         return {}
     path = Path(path)
-    data = read_yaml(path) or {}
+    data = read_yaml(path)
+    if data is None:  # an empty file is more likely a truncated copy than a wish for every default
+        raise ParamsError(f"{path}: empty (no sections); to run the defaults, name no params file")
     if not isinstance(data, dict):
         raise ParamsError(f"{path}: must be a mapping of section names ({', '.join(sections())}) to settings")
     data.pop("recipes", None)  # not a section: the training recipes the file lists (`mirl.recipes`)

@@ -71,6 +71,15 @@ def test_a_params_file_that_is_no_yaml_text_is_an_error_naming_it(tmp_path):
         pipeline.load(tmp_path)
 
 
+def test_an_empty_params_file_is_an_error_not_the_defaults(tmp_path):
+    """A truncated or wrongly copied file must not silently run every default."""
+    for text in ("", "# only a comment\n"):
+        empty = tmp_path / "empty.yaml"
+        empty.write_text(text)
+        with pytest.raises(ParamsError, match=rf"{empty}: empty \(no sections\)"):
+            pipeline.load(empty)
+
+
 def test_a_missing_base_names_the_file_that_says_base(tmp_path):
     """The error is in the file that names the base, not (only) in the file that is not there."""
     mine = tmp_path / "mine.yaml"

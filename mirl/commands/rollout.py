@@ -158,4 +158,7 @@ def _convert(args) -> int:
                 w.append(record)
                 n += 1
     print(json.dumps({"imported": n, "skipped": failed, "already_there": already, "to": args.to}))
+    if failed and not n and not already:  # nothing read: a script chaining this must not go on as if it had
+        print(f"mirl rollout import: none of the {failed} file(s) could be read (reasons above)", file=sys.stderr)
+        return 1
     return 0

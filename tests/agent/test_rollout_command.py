@@ -114,3 +114,15 @@ def test_importing_the_same_files_again_adds_nothing(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (report["imported"], report["already_there"]) == (1, 2)
     assert dest.read_text().startswith(first) and len(load_trajectories(dest)) == 3
+
+
+def test_an_import_that_reads_no_file_fails(tmp_path, capsys):
+    """A chained script must see that nothing came in; one unreadable file among good ones does not fail."""
+    bad = tmp_path / "notes.json"
+    bad.write_text('{"hello": "not a trajectory"}')
+    dest = tmp_path / "in.jsonl"
+    assert main(["rollout", "import", str(bad), "--to", str(dest)]) == 1
+    err = capsys.readouterr().err
+    assert str(bad) in err and "none of the 1 file(s) could be read" in err
+    assert main(["rollout", "import", str(bad), str(MINI_FILES[0]), "--to", str(dest)]) == 0
+    assert len(load_trajectories(dest)) == 1
