@@ -58,6 +58,11 @@ _XML_KEYSTROKES = re.compile(r"<keystrokes[^>]*>(.*?)</keystrokes>", re.DOTALL)
 # OpenHands without native function calling writes its calls in the reply's text
 _TEXT_FUNCTION = re.compile(r"<function=([\w.-]+)>(.*?)</function>", re.DOTALL)
 _TEXT_PARAMETER = re.compile(r"<parameter=([\w.-]+)>(.*?)</parameter>", re.DOTALL)
+# OpenHands ends a command's observation with its metadata: "[The command completed with exit code N.]",
+# "[Current working directory: ...]", "[Python interpreter: ...]", "[Command finished with exit code N]"
+_OPENHANDS_TRAILER = re.compile(r"(?:\n?\[(?:The command completed with exit code -?\d+\.|Current working directory: [^\]\n]*|"
+                                r"Python interpreter: [^\]\n]*|Command finished with exit code (-?\d+))\])+\s*$")
+_OPENHANDS_COMPLETED = re.compile(r"\[The command completed with exit code (-?\d+)\.\]")
 
 
 def sniff(data: Any) -> bool:
@@ -120,8 +125,17 @@ def _set_tokens(step: Step, metrics: dict[str, Any]) -> None:
         step.tokens = "sampled" if step.logprobs is not None else "context"
 
 
+def _openhands(content: str) -> tuple[str, int | None] | None:
+    """Output and exit code of an OpenHands command observation (its metadata trailer), or None."""
+    m = _OPENHANDS_TRAILER.search(content)
+    if not m or "exit code" not in m.group(0):
+        return None
+    code = m.group(1) or (_OPENHANDS_COMPLETED.search(m.group(0)) or m).group(1)
+    return content[:m.start()], int(code) if code is not None else None
+
+
 def _output(step: Step, content: str) -> None:
-    parsed = _parse_rendered(content) if content else None
+    parsed = (_parse_rendered(content) or _openhands(content)) if content else None
     if parsed is not None:
         step.output, step.exit_code = parsed
     else:

@@ -8,6 +8,7 @@ import pytest
 
 from mirl.agent.miniswe import load_traj_json
 from mirl.cli import main
+from mirl.records.trajectory import Step
 from mirl.sources import TrajectoryFileError, find_sources, read_source
 
 DATA = Path(__file__).parent.parent / "data"
@@ -170,6 +171,21 @@ def test_openhands_calls_written_as_text_are_read_as_calls():
     # OpenHands with function calling off writes <function=...><parameter=...> in the message, no tool_calls
     [t] = read_source(DATA / "atif" / "harbor_golden_openhands_hello_world_no_function_calling.trajectory.json")
     assert [s.command for s in t.steps] == ["cat > /app/hello.txt << 'EOF'\nHello, world!\nEOF", "tool:finish"]
-    assert t.steps[0].output.endswith("[Command finished with exit code 0]")
+    # the observation's metadata trailer gives the exit code and is not part of the command's output
+    assert (t.steps[0].output, t.steps[0].exit_code) == ("", 0)
     assert t.steps[0].raw.startswith("<function=execute_bash>")
     assert t.steps[1].meta["submission"] and t.exit_reason == "submitted"
+
+
+@pytest.mark.parametrize("content, output, code", [
+    ("ls: cannot access 'x'\n[The command completed with exit code 2.]\n[Current working directory: /app]\n"
+     "[Python interpreter: /usr/bin/python]\n[Command finished with exit code 2]", "ls: cannot access 'x'", 2),
+    ("Killed\n[The command completed with exit code 137.]", "Killed", 137),
+    ("[Current working directory: /app] is what I printed", "[Current working directory: /app] is what I printed", None),
+])
+def test_openhands_observation_trailers_give_the_exit_code(content, output, code):
+    from mirl.sources.atif import _output
+
+    step = Step(reasoning="", command="ls x")
+    _output(step, content)
+    assert (step.output, step.exit_code) == (output, code)
