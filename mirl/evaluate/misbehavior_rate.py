@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from mirl.evaluate.policies import policy_config, resolve_all, short_name, weights_id
+from mirl.evaluate.policies import policy_config, resolve_all, short_name, stale, weights_id
 from mirl.evaluate.stats.power import reduction_table
 from mirl.records.prefix import Prefix
 from mirl.runner.inputs import (
@@ -209,7 +209,7 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
         model = self.policies().get(record.get("policy"))
         if model is None:
             return False
-        return record.get("model") != model or record.get("weights") != self.weights(record["policy"])
+        return stale(record, model, self.weights(record["policy"]))
 
     # --- one continuation ----------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from mirl.evaluate.policies import policy_config, resolve_all, short_name, weights_id
+from mirl.evaluate.policies import policy_config, resolve_all, short_name, stale, weights_id
 from mirl.runner.inputs import EpisodeInputs
 from mirl.runner.layout import atomic_write
 from mirl.runner.stage import Item, Stage, StageError, run_stage
@@ -125,7 +125,7 @@ class PassAtKStage(EpisodeInputs, Stage):
         model = self.policies().get(record.get("policy"))
         if model is None:
             return False
-        return record.get("model") != model or record.get("weights") != self.weights(record["policy"])
+        return stale(record, model, self.weights(record["policy"]))
 
     # --- one episode ------------------------------------------------------------------------------------
 

@@ -100,8 +100,18 @@ def weights_id(model: str) -> str | None:
         return None
     files = sorted(p for pat in ("*.safetensors", "*.bin", "*.pt") for p in where.glob(pat)
                    if p.name not in RESUME_STATE)  # dropped from a checkpoint once a newer one is saved
-    stats = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    # whole seconds: what tar and `cp -a` keep of a modification time, so a copied run keeps its records
+    stats = [(p.name, p.stat().st_size, int(p.stat().st_mtime)) for p in files]
     return hashlib.sha256(repr(stats).encode()).hexdigest()[:16]
+
+
+def stale(record: dict[str, Any], model: str, weights: str | None) -> bool:
+    """Whether an evaluation record was made by another model than `model` (whose `weights_id` is
+    `weights`). A checkpoint is known by its weights, not its path: a run directory copied or unpacked
+    elsewhere names its checkpoints by other paths, and its records stay valid."""
+    if weights is not None:
+        return record.get("weights") != weights
+    return record.get("model") != model
 
 
 def policy_config(params: Any, model: str, temperature: float | None = None, top_p: float | None = None):

@@ -190,6 +190,36 @@ def test_policy_names_resolve_to_models(tmp_path):
     assert not fresh.redo({"policy": "selected", "model": f"local/{ckpt}", "weights": fresh.weights("selected")})
 
 
+def test_a_run_copied_elsewhere_keeps_its_checkpoint_records(tmp_path):
+    """Unpacking a run on another machine names its checkpoints by other paths; the weights are the same."""
+    import shutil
+    import subprocess
+
+    from mirl.evaluate.misbehavior_rate import MisbehaviorRateStage
+    from mirl.runner.layout import RunDir
+
+    run_dir = RunDir(tmp_path / "a" / "run")
+    ckpt = run_dir.stage_dir("training") / "checkpoints" / "step-000002"
+    ckpt.mkdir(parents=True)
+    (ckpt / "config.json").write_text("{}")
+    (ckpt / "model.safetensors").write_bytes(b"weights")
+    (run_dir.stage_dir("training") / "selection.json").write_text(json.dumps({"top": [{"step": 2}]}))
+    params = make(misbehavior_rate={"policies": ["selected"], "judges": ["rules"]})
+    stage = MisbehaviorRateStage(params, run_dir)
+    record = {"policy": "selected", "model": stage.policies()["selected"], "weights": stage.weights("selected")}
+    (tmp_path / "b").mkdir()
+    subprocess.run(["tar", "cf", str(tmp_path / "run.tar"), "-C", str(tmp_path / "a"), "run"], check=True)
+    subprocess.run(["tar", "xf", str(tmp_path / "run.tar"), "-C", str(tmp_path / "b")], check=True)
+    shutil.copytree(run_dir.root, tmp_path / "c" / "run")  # copy2: times kept
+    for where in (tmp_path / "b" / "run", tmp_path / "c" / "run"):
+        moved = MisbehaviorRateStage(params, RunDir(where))
+        assert moved.policies()["selected"] != record["model"]
+        assert not moved.redo(record)
+    # the same place trained again (new weights, same path): played again
+    (ckpt / "model.safetensors").write_bytes(b"other weights")
+    assert MisbehaviorRateStage(params, run_dir).redo(record)
+
+
 def test_verify_runs_the_tests_after_each_continuation_and_keeps_the_reward(tmp_path, models):
     run_dir, tasks = write_rate_run(tmp_path)
     plain = FakeSandbox(reward=0.25)
