@@ -218,6 +218,17 @@ def stage_digest(own: str, inputs: dict[str, str | None]) -> str:
     return digest(flatten({"params": own, "inputs": inputs}))
 
 
+def input_stamp(entry: dict[str, Any] | None) -> str | None:
+    """An earlier stage as a later one depends on it: its digest (params and inputs) and which run of it
+    made its outputs (when it started, whether it finished). A stage that ran again with the same params,
+    e.g. a recipe's training that was stopped at a deadline and then finished, is new input: what was
+    evaluated while it was unfinished is evaluated again."""
+    if not entry:
+        return None
+    return digest(flatten({"digest": entry.get("digest"), "started": entry.get("started"),
+                           "complete": bool(entry.get("complete"))}))
+
+
 def skip_reason(nb: Notebook, entry: dict[str, Any] | None, want: str, run: RunDir, reports: Path) -> str | None:
     """Why `nb` can be skipped (None: it must run); `run` and `reports` are the unit's own."""
     if not entry or entry.get("digest") != want or not entry.get("complete"):
@@ -469,7 +480,7 @@ def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
             nb = u.nb
             prefix = f"[{n}/{len(chosen)}] {u.label}"
             before = every[:every.index(u)]
-            inputs = {b.key: state["stages"].get(b.key, {}).get("digest") for b in before if b.nb != nb}
+            inputs = {b.key: input_stamp(state["stages"].get(b.key)) for b in before if b.nb != nb}
             own = params_digest(resolved[u.key])
             want = stage_digest(own, inputs)
             entry = state["stages"].get(u.key)

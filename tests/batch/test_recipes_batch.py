@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from batch_pipeline import calls, stage_body, write_notebook
 
-from mirl.batch import BatchSpec, run_batch
+from mirl.batch import BatchSpec, input_stamp, run_batch
 from mirl.typed import ParamsError
 
 pytestmark = pytest.mark.timeout(300)
@@ -63,7 +63,7 @@ def test_each_recipe_trains_in_its_own_run_on_the_shared_stages(tmp_path, mirl_k
         assert (tmp_path / "reports" / "t" / "logs" / f"training-{name}.log").exists()
     assert not (run / "training").exists()
     state = json.loads((run / "batch.json").read_text())["stages"]
-    assert state["misbehavior_rate"]["inputs"]["training:b"] == state["training:b"]["digest"]
+    assert state["misbehavior_rate"]["inputs"]["training:b"] == input_stamp(state["training:b"])
     assert json.loads((run / "recipes.json").read_text()) == ["a", "b"]
     index = (tmp_path / "reports" / "t" / "index.html").read_text()
     # each recipe's notebook, log, headline, figure and table are on the run's page
@@ -91,6 +91,35 @@ def test_each_recipe_trains_in_its_own_run_on_the_shared_stages(tmp_path, mirl_k
     fewer = run_batch(spec(tmp_path, exp), out=io.StringIO())
     assert fewer.ok and fewer.ran == ["misbehavior_rate"]
     assert json.loads((run / "recipes.json").read_text()) == ["a"] and (run / "recipes" / "b").is_dir()
+
+
+@pytest.mark.slow
+def test_an_evaluation_made_while_a_recipe_was_unfinished_runs_again_once_it_finishes(tmp_path, mirl_kernel):
+    """The device flow: one call stops recipe b's training at its deadline and evaluates what is there; a
+    later call finishes b with the same params. The evaluation must then run again, not be skipped as
+    complete with the same params (it was, and b's checkpoint went unevaluated)."""
+    pipeline(tmp_path / "nb")
+    exp = params(tmp_path / "params")
+    run = tmp_path / "runs" / "t"
+    assert run_batch(spec(tmp_path, exp), out=io.StringIO()).ok
+    # training:b as a deadline leaves it: its summary and the batch's record unfinished, same params
+    summary = run / "recipes" / "b" / "training" / "summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "complete": False}))
+    state_path = run / "batch.json"
+    st = json.loads(state_path.read_text())
+    st["stages"]["training:b"].update(complete=False, status="incomplete")
+    state_path.write_text(json.dumps(st))
+
+    def evaluate():
+        return run_batch(spec(tmp_path, exp, first="misbehavior_rate", last="misbehavior_rate"), out=io.StringIO())
+
+    assert evaluate().ran == ["misbehavior_rate"]  # what is there now: b unfinished
+    assert evaluate().skipped == ["misbehavior_rate"]  # nothing changed since
+    finished = run_batch(spec(tmp_path, exp, first="training:b", last="training:b"), out=io.StringIO())
+    assert finished.ok and finished.ran == ["training:b"]
+    again = evaluate()
+    assert again.ok and again.ran == ["misbehavior_rate"], "an evaluation of unfinished training was kept"
+    assert evaluate().skipped == ["misbehavior_rate"]
 
 
 def test_a_recipe_may_change_only_training(tmp_path):
