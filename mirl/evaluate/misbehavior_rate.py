@@ -24,6 +24,9 @@ Finalize, under `runs/<run>/misbehavior_rate/`:
     reductions.csv       each policy's relative reduction against the first policy's rate, per (judge,
                          misbehavior and "all": the mean rate), with its paired prefix-bootstrap interval
                          (`mirl.evaluate.stats.power.reduction_table`)
+    differences.csv      with two or more policies after the first: for each pair of them, how much larger
+                         the one's reduction is than the other's, per (judge, misbehavior and "all"), with the
+                         same paired interval (`mirl.evaluate.stats.power.difference_table`)
     success.csv          with `verify`: the share of continuations whose tests passed (task success from
                          the prefix) per (policy, misbehavior and "all": their mean), prefix-bootstrap intervals
 """
@@ -40,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from mirl.evaluate.policies import policy_config, resolve_all, short_name, stale, weights_id
-from mirl.evaluate.stats.power import reduction_table
+from mirl.evaluate.stats.power import difference_table, reduction_table
 from mirl.records.prefix import Prefix
 from mirl.runner.inputs import (
     HELDOUT,
@@ -58,7 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 STAGE = "misbehavior_rate"
 CONTINUATIONS, JUDGMENTS, RATES, AGREEMENT = "continuations.jsonl", "judgments.csv", "rates.csv", "agreement.csv"
-REDUCTIONS, SUCCESS = "reductions.csv", "success.csv"
+REDUCTIONS, DIFFERENCES, SUCCESS = "reductions.csv", "differences.csv", "success.csv"
 JUDGMENT_COLUMNS = ["policy", "model", "misbehavior", "prefix_id", "env", "sample", "judge", "repeated"]
 OUTPUT_CHARS = 2000  # of each continuation step's output kept in the record
 
@@ -324,6 +327,7 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
         s = self.params.misbehavior_rate
         reference = next(iter(self.policies()))
         atomic_write(self.out / REDUCTIONS, reduction_table(rows, reference, s.n_boot, s.seed).to_csv(index=False))
+        atomic_write(self.out / DIFFERENCES, difference_table(rows, reference, s.n_boot, s.seed).to_csv(index=False))
         if s.verify:
             atomic_write(self.out / SUCCESS, success_table(current, s.n_boot, s.seed).to_csv(index=False))
         overall = rates[rates["misbehavior"] == "all"]

@@ -176,6 +176,28 @@ def reduction_table(reductions: pd.DataFrame, labels: dict[str, str] | None = No
     return df.pivot_table(index="misbehavior", columns=["label", "judge"], values="cell", aggfunc="first")
 
 
+def difference_table(differences: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Differences of reductions as `+13 points [-2, 26]` per misbehavior (rows) and pair of policies x
+    judge (columns); positive: the first of the pair reduced the misbehavior more."""
+    if differences.empty:
+        return pd.DataFrame({"difference": ["fewer than two policies to compare after the first"]})
+    name = (labels or {}).get
+    df = differences.copy()
+    df["pair"] = [f"{name(a, a)} - {name(b, b)}" for a, b in zip(df["policy"], df["other"])]
+
+    def points(v: float) -> str:
+        return "-inf" if v == -np.inf else "inf" if v == np.inf else f"{100 * v:+.0f}"
+
+    def cell(r) -> str:
+        if pd.isna(r["difference"]):
+            return f"n/a ({int(r['prefixes'])} shared prefixes)"
+        ci = "" if pd.isna(r["ci_low"]) else f" [{points(r['ci_low'])}, {points(r['ci_high'])}]"
+        return f"{points(r['difference'])} points{ci}"
+
+    df["cell"] = df.apply(cell, axis=1)
+    return df.pivot_table(index="misbehavior", columns=["pair", "judge"], values="cell", aggfunc="first", sort=False)
+
+
 def load_success(run_dir: str | Path) -> pd.DataFrame:
     """Task success from the prefixes (`success.csv`), or an empty table when the stage ran without
     `verify` (no tests, so no success to show)."""

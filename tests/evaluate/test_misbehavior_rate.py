@@ -97,6 +97,7 @@ def test_rates_and_kappa_per_policy_and_judge(tmp_path, models):
     assert llm["reference"] == "scripted/cmd" and int(llm["prefixes"]) == 2
     assert float(llm["base_rate"]) == 0.5 and float(llm["rate"]) == 1.0 and float(llm["reduction"]) == -1.0
     assert not (out / "success.csv").exists()  # no tests ran (verify off)
+    assert rows(out / "differences.csv") == []  # one policy after the first: no pair to compare
 
 
 def test_resume_plays_only_new_items_and_other_sampling_is_refused(tmp_path, models):

@@ -80,6 +80,17 @@ def test_judgment_counts_tally_repeated_avoided_and_unjudged():
     assert counts.sum(axis=1).tolist() == [4, 1]  # the unjudged one is counted too
 
 
+def test_difference_table_gives_signed_points_per_pair():
+    diffs = pd.DataFrame([
+        {"judge": "rules", "misbehavior": m, "reference": "base", "policy": "mirl", "other": o, "prefixes": 10,
+         "base_rate": 0.6, "difference": d, "ci_low": lo, "ci_high": hi}
+        for m in ("all", "m1") for o, d, lo, hi in (("outcome", 0.13, -0.015, 0.262), ("tmax", 0.18, 0.04, float("inf")))])
+    table = report.difference_table(diffs, {"mirl": "MiRL"})
+    assert table.loc["all", ("MiRL - outcome", "rules")] == "+13 points [-2, +26]"
+    assert table.loc["m1", ("MiRL - tmax", "rules")] == "+18 points [+4, inf]"
+    assert "fewer than two" in report.difference_table(diffs.iloc[:0]).iloc[0, 0]
+
+
 def test_reduction_and_success_figures_draw_intervals_and_say_when_empty():
     from tests.test_reported import assert_readable
 

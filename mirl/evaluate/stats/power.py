@@ -14,6 +14,10 @@ variance is the spread of those differences between prefixes over K.
   Percentile intervals run a little narrow at this design's sizes: in simulations of 20 prefixes x 16
   samples a per-misbehavior 95% interval covered the true reduction 91-93% of the time (a BCa
   interval did not do much better); read an interval whose end is near 0 as borderline.
+- `stratified_difference` (`difference_table` for every pair of policies after the reference): how
+  much larger one trained policy's reduction is than another's against the same base, (rate(other) -
+  rate(policy)) / rate(base), with the same paired bootstrap over the prefixes all three were measured
+  on: whether MiRL beats outcome-only RL is this interval, not two overlapping ones.
 - `detectable_reduction`: the smallest relative reduction r that this design detects (the
   interval excludes 0) with probability `power` at level `alpha`, for per-prefix base rates taken
   from an earlier run (or a stated prior), assuming the treated rate of prefix k is (1 - r) p_k:
@@ -29,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -87,6 +92,42 @@ def stratified_reduction(base: Mapping[str, Mapping[str, Sequence[float]]],
     return {**point, "ci_low": float(low), "ci_high": float(high), "boot_base_zero": float(np.mean(db <= 0))}
 
 
+def stratified_difference(base: Mapping[str, Mapping[str, Sequence[float]]],
+                          policy: Mapping[str, Mapping[str, Sequence[float]]],
+                          other: Mapping[str, Mapping[str, Sequence[float]]],
+                          n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> dict[str, float]:
+    """misbehavior -> prefix id -> 0/1 judgments, for the base and two trained policies. The difference of
+    their relative reductions of the mean rate, reduction(policy) - reduction(other) = (rate(other) -
+    rate(policy)) / rate(base), on the prefixes all three were measured on, with a paired percentile
+    bootstrap (each misbehavior's prefixes drawn with replacement, the same draw for the three). A draw
+    whose base rate is 0 counts as +-inf by the sign of rate(other) - rate(policy) (0 where they agree).
+    Positive: `policy` reduced the misbehaviors more."""
+    strata, k = [], 0
+    for m in sorted(set(base) & set(policy) & set(other)):
+        keys = sorted(set(base[m]) & set(policy[m]) & set(other[m]), key=repr)
+        if keys:
+            strata.append(np.array([[np.mean(np.asarray(x[m][key], dtype=float)) for x in (base, policy, other)]
+                                    for key in keys]))
+            k += len(keys)
+    if k < 2:
+        raise ValueError(f"a paired comparison needs at least two prefixes measured under all three policies, got {k}")
+    rb, rp, ro = (float(np.mean([v[:, c].mean() for v in strata])) for c in range(3))
+    point = {"prefixes": k, "base_rate": rb, "rate": rp, "other_rate": ro,
+             "reduction": 1.0 - rp / rb if rb > 0 else math.nan,
+             "other_reduction": 1.0 - ro / rb if rb > 0 else math.nan,
+             "difference": (ro - rp) / rb if rb > 0 else math.nan}
+    if any(len(v) < 2 for v in strata):
+        return {**point, "ci_low": math.nan, "ci_high": math.nan}
+    draws = stratified_means(strata, n_boot, np.random.default_rng(seed))
+    db, gap = draws[:, 0], draws[:, 2] - draws[:, 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        diff = np.where(db > 0, gap / db, np.sign(gap) * np.inf)
+    diff = np.nan_to_num(diff, nan=0.0, posinf=np.inf, neginf=-np.inf)  # 0 * inf where they agree on 0
+    tail = (1 - level) / 2
+    low, high = np.quantile(diff, [tail, 1 - tail], method="inverted_cdf")
+    return {**point, "ci_low": float(low), "ci_high": float(high)}
+
+
 REDUCTION_COLUMNS = ["judge", "misbehavior", "reference", "policy", "prefixes", "samples_base", "samples", "base_rate",
                      "rate", "reduction", "ci_low", "ci_high", "boot_base_zero"]
 
@@ -128,11 +169,8 @@ def reduction_table(samples, reference: str, n_boot: int = 2000, seed: int = 0, 
             row.update(reduction=math.nan, ci_low=math.nan, ci_high=math.nan)
         rows.append(row)
 
-    for judge, part in df.groupby("judge", sort=True):
-        by_policy = {pol: {m: {k: g["repeated"].astype(float).tolist()
-                               for k, g in mp.groupby("prefix_id", sort=True, dropna=False)}
-                           for m, mp in pp.groupby("misbehavior", sort=True, dropna=False)}
-                     for pol, pp in part.groupby("policy", sort=False)}
+    for judge, by_policy in _judged(samples):
+        part = df[df["judge"] == judge]
         if reference not in by_policy:
             continue
         ref = by_policy[reference]
@@ -144,6 +182,59 @@ def reduction_table(samples, reference: str, n_boot: int = 2000, seed: int = 0, 
             if policy != reference:
                 compare(judge, ALL, ref, policy, measured, lambda x: x)
     return pd.DataFrame(rows, columns=REDUCTION_COLUMNS)
+
+
+def _judged(samples: list[Any]):
+    """(judge, policy -> misbehavior -> prefix id -> 0/1 judgments) for each judge, policies in the
+    order the samples give them; failed judgments left out."""
+    from mirl.evaluate.stats.tables import samples_frame
+
+    df = samples_frame(samples)
+    df = df[df["repeated"].notna()]
+    for judge, part in df.groupby("judge", sort=True):
+        yield judge, {pol: {m: {k: g["repeated"].astype(float).tolist()
+                                for k, g in mp.groupby("prefix_id", sort=True, dropna=False)}
+                            for m, mp in pp.groupby("misbehavior", sort=True, dropna=False)}
+                      for pol, pp in part.groupby("policy", sort=False)}
+
+
+DIFFERENCE_COLUMNS = ["judge", "misbehavior", "reference", "policy", "other", "prefixes", "base_rate", "rate",
+                      "other_rate", "reduction", "other_reduction", "difference", "ci_low", "ci_high"]
+
+
+def difference_table(samples, reference: str, n_boot: int = 2000, seed: int = 0, level: float = 0.95):
+    """Judged samples -> for every pair of policies other than `reference` (each with every later one, in
+    the samples' order), per judge, one row per misbehavior all three were measured on and one of
+    misbehavior "all" (the mean rate over them): the difference of their reductions against the
+    reference, `stratified_difference`. Fewer than two shared prefixes or a reference rate of 0 give NaN."""
+    import pandas as pd
+
+    from mirl.evaluate.stats.rates import ALL
+
+    if n_boot < 1:
+        raise ValueError(f"n_boot={n_boot}: the bootstrap needs at least one draw")
+    samples, rows = list(samples), []
+    if not samples:
+        return pd.DataFrame(columns=DIFFERENCE_COLUMNS)
+    for judge, by_policy in _judged(samples):
+        ref = by_policy.get(reference)
+        trained = [p for p in by_policy if p != reference]
+        if ref is None:
+            continue
+        for i, policy in enumerate(trained):
+            for other in trained[i + 1:]:
+                a, b = by_policy[policy], by_policy[other]
+                shared = sorted(set(ref) & set(a) & set(b))
+                for m, strata in [*((m, lambda x, m=m: {m: x[m]}) for m in shared), (ALL, lambda x: x)]:
+                    row = {"judge": judge, "misbehavior": m, "reference": reference, "policy": policy, "other": other}
+                    try:
+                        row.update(stratified_difference(strata(ref), strata(a), strata(b), n_boot, seed, level))
+                    except ValueError:  # fewer than two shared prefixes
+                        row.update(prefixes=0)
+                    if not row.get("base_rate", 0) > 0:
+                        row.update(difference=math.nan, ci_low=math.nan, ci_high=math.nan)
+                    rows.append(row)
+    return pd.DataFrame(rows, columns=DIFFERENCE_COLUMNS)
 
 
 def detectable_reduction(base_rates: Sequence[float], samples: int, prefixes: int | None = None,

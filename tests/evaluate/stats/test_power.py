@@ -183,3 +183,52 @@ def test_a_lone_shared_prefix_is_counted_as_one_and_bad_input_is_refused():
         reduction_table(samples, "base", n_boot=0)
     with pytest.raises(ValueError, match="names no misbehavior"):
         reduction_table(samples + judged("p", "b", [1], misbehavior=None), "base")
+
+
+def test_the_difference_of_two_reductions_is_paired_over_the_prefixes_all_three_share():
+    from mirl.evaluate.stats.power import stratified_difference, stratified_reduction
+
+    rng = np.random.default_rng(5)
+    rates = np.linspace(0.3, 0.9, 24)
+    base = {"m": {str(k): (rng.random(8) < p).tolist() for k, p in enumerate(rates)}}
+    # `a` halves each prefix's rate; `b` repeats base's judgments on every prefix but one
+    a = {"m": {str(k): (rng.random(8) < p / 2).tolist() for k, p in enumerate(rates)}}
+    b = {"m": {**base["m"], "0": [0] * 8, "x": [1] * 8}}  # "x": not measured under base nor a, left out
+    got = stratified_difference(base, a, b, n_boot=2000)
+    ra, rb = stratified_reduction(base, a)["reduction"], stratified_reduction(base, {"m": {
+        k: v for k, v in b["m"].items() if k != "x"}})["reduction"]
+    assert got["prefixes"] == 24 and got["difference"] == pytest.approx(ra - rb)
+    assert (got["reduction"], got["other_reduction"]) == (pytest.approx(ra), pytest.approx(rb))
+    assert 0 < got["ci_low"] < got["difference"] < got["ci_high"]
+    # paired: the interval of the difference is narrower than the two reductions' intervals side by side
+    ia, ib = stratified_reduction(base, a), stratified_reduction(base, {"m": {k: v for k, v in b["m"].items()
+                                                                              if k != "x"}})
+    assert got["ci_high"] - got["ci_low"] < (ia["ci_high"] - ia["ci_low"]) + (ib["ci_high"] - ib["ci_low"])
+    # swapped, the difference changes sign and its interval mirrors
+    back = stratified_difference(base, b, a, n_boot=2000)
+    assert back["difference"] == pytest.approx(-got["difference"])
+    assert (back["ci_low"], back["ci_high"]) == (pytest.approx(-got["ci_high"]), pytest.approx(-got["ci_low"]))
+    same = stratified_difference(base, a, a, n_boot=500)
+    assert same["difference"] == 0 and same["ci_low"] == same["ci_high"] == 0
+    with pytest.raises(ValueError, match="all three"):
+        stratified_difference(base, a, {"m": {"0": [1]}})
+
+
+def test_difference_table_compares_every_later_policy_with_every_earlier_one():
+    from mirl.evaluate.stats.power import difference_table
+
+    def judged(policy, prefix, repeats, misbehavior):
+        return [{"policy": policy, "misbehavior": misbehavior, "prefix_id": prefix, "judge": "rules",
+                 "repeated": None if r is None else bool(r)} for r in repeats]
+
+    shares = {"base": [4, 3, 3, 2], "mirl": [1, 1, 0, 1], "outcome": [3, 3, 2, 2], "tmax": [4, 3, 3, 2]}
+    samples = [s for pol, counts in shares.items() for m in ("m1", "m2") for k, c in zip("abcd", counts)
+               for s in judged(pol, f"{m}{k}", [1] * c + [0] * (4 - c) + [None] * (pol == "mirl"), m)]
+    table = difference_table(samples, "base", n_boot=300)
+    pairs = table[table.misbehavior == "all"][["policy", "other"]].apply(tuple, axis=1).tolist()
+    assert pairs == [("mirl", "outcome"), ("mirl", "tmax"), ("outcome", "tmax")]
+    assert set(table.misbehavior) == {"m1", "m2", "all"} and len(table) == 9
+    row = table[(table.misbehavior == "all") & (table.other == "tmax") & (table.policy == "mirl")].iloc[0]
+    assert row["prefixes"] == 8 and row["difference"] == pytest.approx((12 - 3) / 12)  # failed judgments left out
+    assert row["other_reduction"] == 0 and row["ci_low"] > 0
+    assert difference_table([], "base").empty and difference_table(samples, "nobody").empty
