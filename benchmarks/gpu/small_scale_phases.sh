@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The small-scale experiment in phases, one device call after another (benchmarks/gpu/NOTES.md):
+#   bash benchmarks/gpu/small_scale_phases.sh [CALL_S]
+# from the repository root. The first call unpacks the seeded run (stages 01-03 and the base policy's
+# continuations, docs/small_scale/data/runs.tar.xz) into $SMALL_WORK (default ~/small-work) with every
+# recipe's training dropped; then each recipe is trained and evaluated before the next, so that whatever
+# fits the device time is a finished comparison, and pass@1 and the costs come last. A finished phase is
+# marked in the work directory and skipped by the next call; a phase starts only when the call has the
+# seconds it usually takes (a training cut at the deadline loses the steps since its last checkpoint), so
+# a call ends early rather than start one it cannot finish. Every call runs the same command until it
+# prints `small_scale_phases: all done`. Exit code: 0 all done, 1 a phase failed, 2 more calls needed.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+CALL=${1:-560}
+export PYTHONUNBUFFERED=1
+W=${SMALL_WORK:-$HOME/small-work}
+S=$W/runs/small
+if [ ! -d "$S" ]; then
+  mkdir -p "$W" && tar xJf docs/small_scale/data/runs.tar.xz -C "$W" || exit 1
+  rm -rf "$S"/recipes/*/training "$S"/recipes/*/.training.stage.lock "$S"/recipes/*/llm_calls.jsonl \
+     "$S"/recipes/*/device_time.jsonl
+fi
+END=$((SECONDS + CALL))
+LOG=${OUT:-$W}/log.txt
+# phase: `--from` stage, `--to` stage, the seconds it took on an H100 (2026-12-06) with a margin
+PHASES="training:mirl training:mirl 380
+misbehavior_rate misbehavior_rate 140
+training:outcome-prefix training:outcome-prefix 380
+misbehavior_rate misbehavior_rate 140
+training:tmax training:tmax 380
+misbehavior_rate misbehavior_rate 140
+pass_at_k cost 60"
+i=0
+while read -r from to need; do
+  i=$((i + 1))
+  [ -f "$W/phase$i" ] && continue
+  left=$((END - SECONDS))
+  if [ "$left" -lt "$need" ]; then
+    echo "small_scale_phases: phase $i ($from..$to) needs ~${need}s, ${left}s left in this call: run me again"
+    exit 2
+  fi
+  bash benchmarks/gpu/small_scale.sh "$left" --from "$from" --to "$to" 2>&1 | grep -v UNCONFINED | tee -a "$LOG" \
+    | grep -v "^-r\|^total\|^drwx" | tail -14
+  rc=${PIPESTATUS[0]}
+  echo "== phase $i $from..$to: exit code $rc, $((END - SECONDS))s left"
+  case $rc in
+    0) touch "$W/phase$i" ;;
+    3|124|137) exit 2 ;;  # still carrying, or stopped at the deadline: the next call continues
+    *) exit 1 ;;
+  esac
+done <<< "$PHASES"
+echo "small_scale_phases: all done"
