@@ -1,4 +1,4 @@
-"""python benchmarks/gpu/carry.py [--out .carry] [--part-mb 20] [--wheels-mb 36] [--call-mb 60]
+"""python benchmarks/gpu/carry.py [--out .carry] [--part-mb 20] [--wheels-mb 36] [--call-mb 64]
 
 Prepare, on a machine with network, what a bare GPU machine without network needs to run the kit's
 stages there, `mirl batch` included: the wheels its image lacks, for CPython 3.12 on manylinux x86-64
@@ -24,7 +24,9 @@ Then on the GPU machine, from the repository root: `source benchmarks/gpu/unpack
 installs each wheels folder that came into $CARRY_HOME/site (default ~/carry; it stays while the
 machine is warm), copies the parts that came and, once all have, joins them; it exports PYTHONPATH and
 a `python3` kernelspec for papermill, and says what is still missing. What does not fit one call
-travels in the next ones: the printed plan lists the folders to carry per call.
+travels in the next ones: the printed plan lists the folders to carry per call, each call under
+--call-mb less the working tree that travels with it (tracked and untracked-not-ignored files, and a
+`shared/` folder in the checkout where there is one).
 """
 
 from __future__ import annotations
@@ -209,12 +211,23 @@ def plan(dirs: list[Path], limit: int, most: int = 8) -> list[list[Path]]:
     return calls
 
 
+def tree_size(repo: Path = REPO) -> int:
+    """Bytes of the working tree that travels with every device call: tracked and untracked files git
+    does not ignore, and a `shared/` folder in the checkout."""
+    out = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                         capture_output=True, check=True).stdout.decode()
+    files = [repo / f for f in out.split("\0") if f]
+    total = sum(f.stat().st_size for f in files if f.is_file() and not f.is_symlink())
+    shared = repo / "shared"
+    return total + (size(shared) if shared.is_dir() else 0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / ".carry"))
     ap.add_argument("--part-mb", type=float, default=20, help="the .gguf is cut into pieces of this size (MiB)")
     ap.add_argument("--wheels-mb", type=float, default=36, help="the most wheels one folder holds (MiB)")
-    ap.add_argument("--call-mb", type=float, default=60, help="the most one device call carries, for the plan (MiB)")
+    ap.add_argument("--call-mb", type=float, default=64, help="the most one device call carries, working tree included (MiB)")
     args = ap.parse_args()
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
@@ -275,7 +288,10 @@ def main() -> None:
     print(f"wheels in all: {total / MIB:.1f} MiB, {sum(len(list(d.glob('*.whl'))) for d in wheel_dirs)} wheels "
           f"in {len(wheel_dirs)} folder(s)")
     print(f"{gguf.name}: {len(data) / MIB:.1f} MiB in {parts} parts of at most {args.part_mb:g} MiB")
-    for i, dirs in enumerate(plan(wheel_dirs + part_dirs, int(args.call_mb * MIB)), 1):
+    tree = tree_size()
+    room = int(args.call_mb * MIB) - tree - MIB // 2  # half a MiB spare: files written before the call
+    print(f"working tree: {tree / MIB:.1f} MiB, so {room / MIB:.1f} MiB a call for the folders")
+    for i, dirs in enumerate(plan(wheel_dirs + part_dirs, room), 1):
         print(f"call {i}: carry {' '.join(rel(d) for d in dirs)} ({sum(size(d) for d in dirs) / MIB:.1f} MiB)")
 
 
