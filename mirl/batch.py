@@ -220,13 +220,13 @@ def stage_digest(own: str, inputs: dict[str, str | None]) -> str:
 
 def input_stamp(entry: dict[str, Any] | None) -> str | None:
     """An earlier stage as a later one depends on it: its digest (params and inputs) and which run of it
-    made its outputs (when it started, whether it finished). A stage that ran again with the same params,
-    e.g. a recipe's training that was stopped at a deadline and then finished, is new input: what was
-    evaluated while it was unfinished is evaluated again."""
+    made its outputs (when it started, how long it ran, whether it finished). A stage that ran again with
+    the same params, e.g. a recipe's training that was stopped at a deadline and then finished, is new
+    input: what was evaluated while it was unfinished is evaluated again."""
     if not entry:
         return None
     return digest(flatten({"digest": entry.get("digest"), "started": entry.get("started"),
-                           "complete": bool(entry.get("complete"))}))
+                           "elapsed_s": entry.get("elapsed_s"), "complete": bool(entry.get("complete"))}))
 
 
 def skip_reason(nb: Notebook, entry: dict[str, Any] | None, want: str, run: RunDir, reports: Path) -> str | None:
