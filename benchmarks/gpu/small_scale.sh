@@ -123,7 +123,7 @@ else
   rc=3
 fi
 gpu
-if [ -n "${OUT:-}" ] && [ -d "$W/runs/$NAME" ]; then
+if [ "${SMALL_PACK:-1}" = 1 ] && [ -n "${OUT:-}" ] && [ -d "$W/runs/$NAME" ]; then  # SMALL_PACK=0: the caller packs
   (cd "$W" && tar cf - --exclude=checkpoints "runs/$NAME" $([ -d "reports/$NAME" ] && echo "reports/$NAME") \
      | xz -T8 -3 > "$OUT/$NAME.tar.xz")
   (cd "$OUT" && split -b 15M -d "$NAME.tar.xz" "$NAME.tar.xz." && rm "$NAME.tar.xz")

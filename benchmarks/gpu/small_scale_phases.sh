@@ -22,6 +22,14 @@ if [ ! -d "$S" ]; then
 fi
 END=$((SECONDS + CALL))
 LOG=${OUT:-$W}/log.txt
+# the run goes back packed once, whatever way this call ends (small_scale.sh would pack after every phase)
+export SMALL_PACK=0
+pack() {
+  [ -n "${OUT:-}" ] && [ -d "$S" ] || return 0
+  (cd "$W" && tar cf - --exclude=checkpoints runs/small $([ -d reports/small ] && echo reports/small) | xz -T8 -3 \
+     > "$OUT/small.tar.xz" && cd "$OUT" && split -b 15M -d small.tar.xz small.tar.xz. && rm small.tar.xz)
+}
+trap pack EXIT
 # phase: `--from` stage, `--to` stage, the seconds it took on an H100 (2026-12-06) with a margin
 PHASES="training:mirl training:mirl 380
 misbehavior_rate misbehavior_rate 140
