@@ -23,24 +23,28 @@ for m in "$R"/recipes/*/training_metrics.csv; do
 done
 # a checkpoint policy is named by its absolute path on the machine that ran it: keep it from the run on
 for f in "$D"/*.csv; do if [ -f "$f" ]; then sed -i -E 's#local//[^,"]*/(runs/[^,"]*)#local/\1#g' "$f"; fi; done
-# the run names the repository copy it ran from by its path on that machine (batch.json, tracebacks): packed
-# relative to the repository instead
+# the run names the repository copy it ran from by its path on that machine (batch.json, tracebacks), and
+# its checkpoints by their absolute paths (`local//WORK/runs/...`): packed relative to the repository and to
+# the batch's directory instead
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 mkdir -p "$T/runs" && cp -a "$W/runs/$NAME" "$T/runs/" && rm -rf "$T/runs/$NAME"/recipes/*/training/checkpoints
-python3 - "$T/runs/$NAME" <<'PY'
-import json, pathlib, sys
-run = pathlib.Path(sys.argv[1])
+python3 - "$T/runs/$NAME" "$NAME" <<'PY'
+import json, pathlib, re, sys
+run, name = pathlib.Path(sys.argv[1]), sys.argv[2]
 try:
     nbs = json.loads((run / "batch.json").read_text()).get("notebooks") or []
     root = str(pathlib.Path(nbs[0]["notebook"]).parent.parent) + "/"
 except (OSError, ValueError, LookupError, TypeError):
     root = ""
-if root.startswith("/") and root != "//":
-    for f in run.rglob("*"):
-        if f.is_file() and f.suffix in (".json", ".jsonl", ".csv", ".txt", ".log"):
-            text = f.read_text(errors="surrogateescape")
-            if root in text:
-                f.write_text(text.replace(root, ""), errors="surrogateescape")
+checkpoint = re.compile(r"local//[^\s\"',]*?/(runs/" + re.escape(name) + r"/)")
+for f in run.rglob("*"):
+    if f.is_file() and f.suffix in (".json", ".jsonl", ".csv", ".txt", ".log"):
+        text = f.read_text(errors="surrogateescape")
+        new = checkpoint.sub(r"local/\1", text)
+        if root.startswith("/") and root != "//":
+            new = new.replace(root, "")
+        if new != text:
+            f.write_text(new, errors="surrogateescape")
 PY
 tar cf - -C "$T" --exclude=checkpoints "runs/$NAME" | xz -T0 -6 > "$D/data/runs.tar.xz"
 ls -la "$D" "$D/data"
