@@ -230,7 +230,8 @@ def difference_table(samples, reference: str, n_boot: int = 2000, seed: int = 0,
                     try:
                         row.update(stratified_difference(strata(ref), strata(a), strata(b), n_boot, seed, level))
                     except ValueError:  # fewer than two shared prefixes
-                        row.update(prefixes=0)
+                        r, q, o = strata(ref), strata(a), strata(b)
+                        row.update(prefixes=sum(len(set(r.get(x, {})) & set(q[x]) & set(o.get(x, {}))) for x in q))
                     if not row.get("base_rate", 0) > 0:
                         row.update(difference=math.nan, ci_low=math.nan, ci_high=math.nan)
                     rows.append(row)

@@ -232,3 +232,9 @@ def test_difference_table_compares_every_later_policy_with_every_earlier_one():
     assert row["prefixes"] == 8 and row["difference"] == pytest.approx((12 - 3) / 12)  # failed judgments left out
     assert row["other_reduction"] == 0 and row["ci_low"] > 0
     assert difference_table([], "base").empty and difference_table(samples, "nobody").empty
+    # a misbehavior that one prefix alone shares under the three: no difference, and the count says why
+    lone = samples + judged("base", "z1", [1, 0], "m3") + judged("mirl", "z1", [0, 0], "m3") \
+        + judged("outcome", "z1", [1, 1], "m3") + judged("outcome", "z2", [1, 1], "m3")
+    row = difference_table(lone, "base", n_boot=100).set_index(["misbehavior", "policy", "other"]).loc[
+        ("m3", "mirl", "outcome")]
+    assert row["prefixes"] == 1 and math.isnan(row["difference"])
