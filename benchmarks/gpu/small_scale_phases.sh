@@ -3,8 +3,9 @@
 #   bash benchmarks/gpu/small_scale_phases.sh [CALL_S]
 # from the repository root. The first call unpacks the seeded run (stages 01-03 and the base policy's
 # continuations, docs/small_scale/data/runs.tar.xz) into $SMALL_WORK (default ~/small-work) with every
-# recipe's training dropped; then each recipe is trained and evaluated before the next, so that whatever
-# fits the device time is a finished comparison, and pass@1 and the costs come last. A finished phase is
+# recipe's training dropped; then the recipes are trained one after another, evaluated together (one
+# misbehavior-rate stage for all of them: 2:00 + 2:21 when each was evaluated after its training, on
+# 2026-12-06), and pass@1 and the costs come last. A finished phase is
 # marked in the work directory and skipped by the next call; a phase starts only when the call has the
 # seconds it usually takes (a training cut at the deadline loses the steps since its last checkpoint), so
 # a call ends early rather than start one it cannot finish. Every call runs the same command until it
@@ -32,11 +33,9 @@ pack() {
 trap pack EXIT
 # phase: `--from` stage, `--to` stage, the seconds it took on an H100 (2026-12-06) with a margin
 PHASES="training:mirl training:mirl 380
-misbehavior_rate misbehavior_rate 140
 training:outcome-prefix training:outcome-prefix 380
-misbehavior_rate misbehavior_rate 140
 training:tmax training:tmax 380
-misbehavior_rate misbehavior_rate 140
+misbehavior_rate misbehavior_rate 200
 pass_at_k cost 60"
 i=0
 while read -r from to need; do
