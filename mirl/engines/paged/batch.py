@@ -11,10 +11,7 @@ Prefill passes pack up to `max_seqs` sequences' new tokens (up to `prefill_token
 on a GPU the pass is padded to a power-of-two number of tokens and replayed as a CUDA graph too
 (an eager pass launches some 10 kernels a layer from Python: milliseconds for a few hundred tokens).
 Padding tokens go to page 0, which nobody reads; padding tiles of the attention point at an empty
-sequence. While rows decode, a chunk rides in the decode step itself (a mixed step: the rows' tokens,
-then the chunk's, through the same layers; decode attention for the rows, prefill attention for the
-chunk), so arrivals cost the decoding rows the chunk's arithmetic, not a pass of their own with its
-launches (on an H200 a SmolLM2 pass of a few hundred tokens took 2-3 ms beside a 1.7 ms decode step).
+sequence.
 """
 
 from __future__ import annotations
@@ -35,18 +32,6 @@ log = logging.getLogger(__name__)
 # decode batch sizes graphs are captured for; no bucket of 1, whose shapes torch.compile would compile again
 BUCKETS = (2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512)
 PREFILL_BLOCK = 64  # query rows per program of the prefill kernel
-
-
-@dataclass
-class Chunk:
-    """Prompt tokens of one pass, packed: per token its id, position and KV slot; per sequence
-    (q_start, q_len, ctx, pages); `last`: indices of the tokens whose logits are wanted."""
-
-    ids: list[int]
-    positions: list[int]
-    slots: list[int]
-    seqs: list[tuple[int, int, int, list[int]]]
-    last: list[int]
 
 
 @dataclass
@@ -157,18 +142,10 @@ class DeviceBatch:
             e = self._put(list(zip(*entries)), torch.long)
             self.table[e[0], e[1]] = e[2].to(torch.int32)
 
-    def launch(self, rows: list[Any], nucleus: bool, chunk: Chunk | None = None) -> tuple[Flight, torch.Tensor | None]:
-        """One decode step of the laid-out rows, with `chunk`'s prompt tokens in the same forward
-        when given (a mixed step); its tokens come back in the returned Flight, and the chunk's
-        logits (as `prefill` returns them) beside it."""
+    def launch(self, rows: list[Any], nucleus: bool) -> Flight:
+        """One decode step of the laid-out rows; its tokens come back in the returned Flight."""
+        self._run(("decode", self.bucket, nucleus), lambda: self._decode(self.bucket, nucleus))
         n = self.bucket
-        if chunk is None:
-            self._run(("decode", n, nucleus), lambda: self._decode(n, nucleus))
-            logits = None
-        else:
-            size, tiles = self._stage(chunk)
-            self._run(("mixed", n, nucleus, size, tiles), lambda: self._decode(n, nucleus, (size, tiles)))
-            logits = self.p_logits[:len(chunk.last)]
         if self.device.type == "cuda":
             tokens = torch.empty(n, dtype=torch.long, pin_memory=True)
             logprobs = torch.empty(n, dtype=torch.float32, pin_memory=True)
@@ -176,13 +153,11 @@ class DeviceBatch:
             logprobs.copy_(self.out_logprobs[:n], non_blocking=True)
             event = torch.cuda.Event()
             event.record()
-            return Flight(list(rows), tokens, logprobs, event), logits
-        return Flight(list(rows), self.out_tokens[:n].clone(), self.out_logprobs[:n].clone()), logits
+            return Flight(list(rows), tokens, logprobs, event)
+        return Flight(list(rows), self.out_tokens[:n].clone(), self.out_logprobs[:n].clone())
 
-    def _decode(self, bucket: int, nucleus: bool, prefill: tuple[int, int] | None = None) -> None:
-        """Feed each row's token, sample the next, and advance the rows' state in place; with
-        `prefill` (the staged pass's size and tiles) the chunk's tokens go through the same layers
-        after the rows' (decode attention for the rows, prefill attention for the chunk)."""
+    def _decode(self, bucket: int, nucleus: bool) -> None:
+        """Feed each row's token, sample the next, and advance the rows' state in place."""
         p = self.page
         tokens, positions, ctx, steps = self.state[0, :bucket], self.state[1, :bucket], self.state[2, :bucket], \
             self.state[3, :bucket]
@@ -190,19 +165,7 @@ class DeviceBatch:
         slots = table.gather(1, (positions // p)[:, None]).squeeze(1).long() * p + positions % p
         meta = Decode(block_table=table, ctx=ctx, slots=slots, scratch=self._scratch_for(bucket),
                       out=self.attn_out[:bucket])
-        if prefill is None:
-            hidden = self.pm.forward(tokens, positions, slots, self.kv, lambda q, kv: self.attn.decode(q, kv, meta))
-        else:
-            size, tiles = prefill
-            pmeta = self._prefill_meta(size, tiles)
-
-            def attend(q, kv):
-                return torch.cat([self.attn.decode(q[:bucket], kv, meta), self.attn.prefill(q[bucket:], kv, pmeta)])
-
-            both = torch.cat([torch.stack([tokens, positions, slots]), self.p_tokens[:, :size]], 1)
-            hidden = self.pm.forward(both[0], both[1], both[2], self.kv, attend)
-            self.p_logits.copy_(self.pm.logits(hidden[bucket:][self.p_last]).float())
-            hidden = hidden[:bucket]
+        hidden = self.pm.forward(tokens, positions, slots, self.kv, lambda q, kv: self.attn.decode(q, kv, meta))
         tok, lp = self.sample(self.pm.logits(hidden), self.seeds[:bucket], steps, self.inv_temperature[:bucket],
                               self.top_p[:bucket], self.token_hash, nucleus)
         self.out_tokens[:bucket].copy_(tok)
@@ -225,22 +188,16 @@ class DeviceBatch:
 
     # --- prefill -----------------------------------------------------------------------------------
 
-    def prefill(self, chunk: Chunk) -> torch.Tensor:
-        """One pass over a chunk's packed prompt tokens alone; returns the logits [len(chunk.last),
-        vocab] of the tokens at indices `chunk.last` (float32, on the device)."""
-        size, tiles = self._stage(chunk)
-        self._run(("prefill", size, tiles), lambda: self._prefill(size, tiles))
-        return self.p_logits[:len(chunk.last)]
-
-    def _stage(self, chunk: Chunk) -> tuple[int, int]:
-        """The chunk in the prefill buffers; the pass's padded size and its number of tiles."""
-        ids, seqs, last = chunk.ids, chunk.seqs, chunk.last
+    def prefill(self, ids: list[int], positions: list[int], slots: list[int],
+                seqs: list[tuple[int, int, int, list[int]]], last: list[int]) -> torch.Tensor:
+        """One pass over packed new tokens: sequence s owns tokens q_start..q_start+q_len of the pass,
+        the last of its ctx positions, in `pages`; returns the logits [len(last), vocab] of the tokens at
+        indices `last` (float32, on the device)."""
         n, s = len(ids), len(seqs)
         assert n <= self.prefill_cap and s <= self.max_seqs, (n, s)
         size = max(2, n) if not self.graphs else max(PREFILL_BLOCK, 1 << (n - 1).bit_length())
         pad = size - n
-        self.p_tokens[:, :size] = self._put([ids + [0] * pad, chunk.positions + [0] * pad, chunk.slots + [0] * pad],
-                                            torch.long)
+        self.p_tokens[:, :size] = self._put([ids + [0] * pad, positions + [0] * pad, slots + [0] * pad], torch.long)
         empty = self.max_seqs  # the empty sequence padding tiles point at
         cols = [[q0 for q0, _, _, _ in seqs], [ql for _, ql, _, _ in seqs], [c for _, _, c, _ in seqs]]
         self.p_seqs[:, :s + 1] = self._put([c + [0] for c in cols], torch.int32)
@@ -255,7 +212,8 @@ class DeviceBatch:
         if self.attn.backend == "triton":
             self.p_tiles[:, :tiles] = self._put(prefill_tiles_host(host, PREFILL_BLOCK, tiles, empty), torch.int32)
         self._host_seqs = host
-        return size, tiles
+        self._run(("prefill", size, tiles), lambda: self._prefill(size, tiles))
+        return self.p_logits[:len(last)]
 
     def _tiles(self, host, size: int, empty: int) -> int:
         """Programs of the prefill kernel: fixed per pass size with graphs (real tiles, then padding)."""
@@ -263,15 +221,12 @@ class DeviceBatch:
             return size // PREFILL_BLOCK + self.max_seqs + 1
         return sum(-(-ql // PREFILL_BLOCK) for _, ql, _ in host)
 
-    def _prefill_meta(self, size: int, tiles: int) -> Prefill:
-        s1 = self.max_seqs + 1
-        return Prefill(block_table=self.p_table[:s1], q_start=self.p_seqs[0, :s1], q_len=self.p_seqs[1, :s1],
-                       ctx=self.p_seqs[2, :s1], slots=self.p_tokens[2, :size], host=self._host_seqs,
-                       tile_seq=self.p_tiles[0, :tiles], tile_m0=self.p_tiles[1, :tiles])
-
     def _prefill(self, size: int, tiles: int) -> None:
         ids, positions, slots = self.p_tokens[0, :size], self.p_tokens[1, :size], self.p_tokens[2, :size]
-        meta = self._prefill_meta(size, tiles)
+        s1 = self.max_seqs + 1
+        meta = Prefill(block_table=self.p_table[:s1], q_start=self.p_seqs[0, :s1], q_len=self.p_seqs[1, :s1],
+                       ctx=self.p_seqs[2, :s1], slots=slots, host=self._host_seqs,
+                       tile_seq=self.p_tiles[0, :tiles], tile_m0=self.p_tiles[1, :tiles])
         hidden = self.pm.forward(ids, positions, slots, self.kv, lambda q, kv: self.attn.prefill(q, kv, meta))
         self.p_logits.copy_(self.pm.logits(hidden[self.p_last]).float())
 

@@ -8,9 +8,8 @@ for 1 row as for 64 (it reads the same weights).
 How: one owner thread runs the model. A request (a prompt, n samples, its own sampling settings,
 stop ids and max_tokens) joins at the next step: its prompt's whole pages already in the prefix
 cache are taken as they are (`pages.PagePool`), the rest is prefilled in chunks of at most
-`prefill_tokens` tokens per step, packed with other arrivals' chunks; while rows decode, the chunk
-goes through the layers inside the decode step (a mixed step), so the rows that are decoding are
-never held up by more than one chunk, and an arrival costs them no pass of its own. When its
+`prefill_tokens` tokens per step, packed with other arrivals' chunks into one forward pass, between
+decode steps, so the rows that are decoding are never held up by more than one chunk. When its
 prompt is in, its n rows start sampling from the prompt's last logits; they share the prompt's
 pages (only the last, partial one is copied for each row). Every live row advances in the same decode
 step; a row leaves when it samples a stop id or reaches max_tokens, and its request is answered when
@@ -54,7 +53,7 @@ from mirl.engines.generator import (
 )
 from mirl.engines.paged import sampler
 from mirl.engines.paged.attention import Attention
-from mirl.engines.paged.batch import Chunk, DeviceBatch, Flight
+from mirl.engines.paged.batch import DeviceBatch, Flight
 from mirl.engines.paged.model import PagedModel
 from mirl.engines.paged.pages import OutOfPages, PagePool
 from mirl.engines.weights import end_ids, load_model, load_state, model_name
@@ -113,15 +112,12 @@ class PagedEngine:
     `source`: a checkpoint directory or a .gguf. `kv_memory`: the share of free GPU memory, at the
     first request, that the KV pages take (or `kv_tokens` exactly); `max_rows`: rows decoding at
     once; `prefill_tokens`: prompt tokens per step; `graphs`, `compiled`: CUDA graphs and
-    torch.compile (default: on a GPU); `attention`: "triton" (default on a GPU) or "torch"; `mixed`:
-    prompt chunks ride in the decode steps while rows decode (off: each chunk is a pass of its own,
-    as before; kept to measure the two side by side)."""
+    torch.compile (default: on a GPU); `attention`: "triton" (default on a GPU) or "torch"."""
 
     def __init__(self, source: str | Path, device: str | None = None, dtype: str | None = None, *,
                  max_rows: int = 256, page_size: int = 16, kv_memory: float = 0.3, kv_tokens: int | None = None,
                  prefill_tokens: int | None = None, max_model_len: int | None = None, graphs: bool | None = None,
-                 compiled: bool | None = None, attention: str | None = None, prefix_cache: bool = True,
-                 mixed: bool = True):
+                 compiled: bool | None = None, attention: str | None = None, prefix_cache: bool = True):
         t0 = time.perf_counter()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         on_gpu = self.device.type == "cuda"
@@ -155,7 +151,6 @@ class PagedEngine:
         self.pool: PagePool | None = None
         self.batch: DeviceBatch | None = None
         self.max_seqs = 64  # sequences per prefill pass
-        self.mixed = bool(mixed)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
@@ -163,7 +158,7 @@ class PagedEngine:
         self.weights_version = 0
         self.load_seconds = time.perf_counter() - t0
         self.stats = {"decode_s": 0.0, "prefill_s": 0.0, "host_s": 0.0, "weights_s": 0.0, "steps": 0,
-                      "row_steps": 0, "prefill_tokens": 0, "cached_tokens": 0, "prefill_passes": 0, "mixed_steps": 0,
+                      "row_steps": 0, "prefill_tokens": 0, "cached_tokens": 0, "prefill_passes": 0,
                       "graphs_captured": 0, "failed_captures": 0, "max_rows_seen": 0, "max_pages_used": 0, "requests": 0}
 
     # --- public ----------------------------------------------------------------------------------
@@ -324,10 +319,10 @@ class PagedEngine:
                     continue
                 self._allocate()
                 self._admit(waiting, prefilling)
-                if prefilling and not (self.mixed and self.active):
+                if prefilling:
                     self._prefill_pass(prefilling)
                 if self.active:
-                    self._launch(prefilling if self.mixed else [])
+                    self._launch()
                 while len(self._inflight) > (1 if self.active else 0):
                     self._collect()
             except BaseException as e:  # noqa: BLE001 - a failed pass fails every request in it
@@ -446,9 +441,9 @@ class PagedEngine:
         req.reserve -= 1
         return self.pool.take(reserved=True)
 
-    def _chunk(self, prefilling: list[Request]) -> tuple[Chunk, list[Request]]:
-        """The next prompt tokens of the prefilling requests, packed (up to the pass's budget), and the
-        requests they come from."""
+    def _prefill_pass(self, prefilling: list[Request]) -> None:
+        """One forward pass over the next prompt tokens of the prefilling requests, packed."""
+        t0 = time.perf_counter()
         p, budget = self.page_size, self.batch.prefill_cap
         ids, positions, slots, seqs, reqs = [], [], [], [], []
         for req in prefilling:
@@ -464,26 +459,16 @@ class PagedEngine:
             slots.extend(req.pages[i // p] * p + i % p for i in range(start, end))
             reqs.append(req)
             budget -= end - start
-        last = [q0 + qn - 1 for req, (q0, qn, end, _) in zip(reqs, seqs) if end == len(req.prompt)]
-        return Chunk(ids, positions, slots, seqs, last), reqs
-
-    def _chunk_in(self, chunk: Chunk, reqs: list[Request], logits: torch.Tensor, prefilling: list[Request]) -> None:
-        """After the chunk's pass: its pages registered, and the rows of every prompt now in started."""
-        done = [req for req, (_, _, end, _) in zip(reqs, chunk.seqs) if end == len(req.prompt)]
-        for req, (_, _, end, _) in zip(reqs, chunk.seqs):
+        done = [(req, q0 + qn - 1) for req, (q0, qn, end, _) in zip(reqs, seqs) if end == len(req.prompt)]
+        logits = self.batch.prefill(ids, positions, slots, seqs, [last for _, last in done])
+        for req, (_, _, end, _) in zip(reqs, seqs):
             self._register_prompt(req, end)
             req.computed = end
-        self.stats["prefill_tokens"] += len(chunk.ids)
-        for req, row_logits in zip(done, logits):
+        self.stats["prefill_tokens"] += len(ids)
+        self.stats["prefill_passes"] += 1
+        for (req, _), row_logits in zip(done, logits):
             prefilling.remove(req)
             self._start_rows(req, row_logits)
-
-    def _prefill_pass(self, prefilling: list[Request]) -> None:
-        """One forward pass over the next prompt tokens of the prefilling requests, packed."""
-        t0 = time.perf_counter()
-        chunk, reqs = self._chunk(prefilling)
-        self._chunk_in(chunk, reqs, self.batch.prefill(chunk), prefilling)
-        self.stats["prefill_passes"] += 1
         self.stats["prefill_s"] += time.perf_counter() - t0
 
     def _register_prompt(self, req: Request, end: int) -> None:
@@ -548,9 +533,8 @@ class PagedEngine:
 
     # --- decode ------------------------------------------------------------------------------------
 
-    def _launch(self, prefilling: list[Request]) -> None:
-        """Lay the rows out again if they changed, give rows entering a new page that page, launch a step
-        (with the next chunk of the prefilling prompts in it, when there are any)."""
+    def _launch(self) -> None:
+        """Lay the rows out again if they changed, give rows entering a new page that page, launch a step."""
         t0 = time.perf_counter()
         b, p, rows = self.batch, self.page_size, self.active
         if len(rows) != len(self._laid) or any(a is not b for a, b in zip(rows, self._laid)):
@@ -572,22 +556,15 @@ class PagedEngine:
             row.n += 1
             row.planned += 1
         b.grow(grown)
-        chunk, reqs = self._chunk(prefilling) if prefilling else (None, [])
         t1 = time.perf_counter()
-        flight, logits = b.launch(self.active, self._nucleus, chunk)
-        self._inflight.append(flight)
+        self._inflight.append(b.launch(self.active, self._nucleus))
         self._launched += 1
         self.stats["steps"] += 1
         self.stats["row_steps"] += len(self.active)
         self.stats["max_rows_seen"] = max(self.stats["max_rows_seen"], len(self.active))
         self.stats["graphs_captured"], self.stats["failed_captures"] = b.captured, b.failed_captures
         self.stats["host_s"] += t1 - t0
-        t2 = time.perf_counter()
-        self.stats["decode_s"] += t2 - t1
-        if chunk is not None:
-            self.stats["mixed_steps"] += 1
-            self._chunk_in(chunk, reqs, logits, prefilling)
-            self.stats["prefill_s"] += time.perf_counter() - t2
+        self.stats["decode_s"] += time.perf_counter() - t1
 
     def _collect(self) -> None:
         """Read the oldest launched step back: keep its tokens, end rows, free what nothing uses now."""
