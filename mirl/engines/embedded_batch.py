@@ -247,6 +247,8 @@ class DecodeBatcher:
         if thread is not None and thread.is_alive():
             self.queue.put(None)
             thread.join(timeout=30)
+        if thread is not None and not thread.is_alive():
+            atexit.unregister(self.stop)  # it held the batcher, and its model, until the process ended
 
     def _loop(self) -> None:
         try:

@@ -184,3 +184,27 @@ def test_a_dead_decode_thread_fails_callers_instead_of_hanging():
     req = Request(ids=None, indices=[0], max_tokens=4, temperature=0.0, top_p=1.0, seed=0, stops=[])
     with pytest.raises(RuntimeError, match="decode thread ended: MemoryError"):
         batcher.run(req)
+
+
+
+def test_a_stopped_batcher_is_freed_with_its_last_reference():
+    """The exit hook that stops a batcher left running must not hold a stopped one (and its model)."""
+    import gc
+    import weakref
+
+    from mirl.engines.embedded_batch import DecodeBatcher, Request
+
+    batcher = DecodeBatcher(lm=None)
+    queue = batcher.queue
+
+    def serve():  # a decode thread that answers every request at once and ends at stop()
+        while (req := queue.get()) is not None:
+            req.finished.set()
+
+    batcher._serve = serve
+    batcher.run(Request(ids=None, indices=[0], max_tokens=4, temperature=0.0, top_p=1.0, seed=0, stops=[]))
+    batcher.stop()
+    ref = weakref.ref(batcher)
+    del batcher, serve
+    gc.collect()
+    assert ref() is None

@@ -5,8 +5,10 @@ prefix cache, weights swapped between steps, per-request stop ids and lengths)."
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 
 import pytest
 import torch
@@ -167,6 +169,18 @@ def test_a_long_prompt_prefills_in_chunks_between_decode_steps(checkpoint):
     assert first["short"].seconds < got.meta["queued_s"]
     assert e.stats["prefill_passes"] > len(long) // 16
     e.close()
+
+
+def test_a_closed_engine_is_freed_with_its_last_reference(checkpoint):
+    """A process that evaluates policy after policy closes each engine: its KV pool and weights must go
+    with it, not stay on the GPU until the process ends (the exit hook held every engine ever started)."""
+    e = make(checkpoint)
+    e.generate_tokens(e.prompt_ids(TASK), [0], max_tokens=2, temperature=0.0)
+    ref = weakref.ref(e)
+    e.close()
+    del e
+    gc.collect()
+    assert ref() is None
 
 
 def test_stop_ids_and_max_tokens_per_request(engine):

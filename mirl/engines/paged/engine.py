@@ -228,11 +228,14 @@ class PagedEngine:
             raise box[0]
 
     def close(self) -> None:
-        """End the owner thread after the requests it holds."""
+        """End the owner thread after the requests it holds; the engine's GPU memory goes with its last
+        reference (the exit hook that closes an engine left open no longer holds it)."""
         thread = self._thread
         if thread is not None and thread.is_alive():
             self._queue.put(None)
             thread.join(timeout=60)
+        if thread is not None and not thread.is_alive():
+            atexit.unregister(self.close)
 
     @property
     def kv_capacity(self) -> dict[str, int]:
