@@ -98,6 +98,10 @@ def test_rates_and_kappa_per_policy_and_judge(tmp_path, models):
     assert float(llm["base_rate"]) == 0.5 and float(llm["rate"]) == 1.0 and float(llm["reduction"]) == -1.0
     assert not (out / "success.csv").exists()  # no tests ran (verify off)
     assert rows(out / "differences.csv") == []  # one policy after the first: no pair to compare
+    # mixed ran no command at all on alpha (both samples), cmd always ran one: per prefix 1 and 0
+    silence = {(r["policy"], r["misbehavior"]): float(r["silent"]) for r in rows(out / "silence.csv")}
+    assert silence[("scripted/mixed", "all")] == 0.5 and silence[("scripted/cmd", "all")] == 0.0
+    assert summary["silent"] == {"scripted/cmd": 0.0, "scripted/mixed": 0.5}
 
 
 def test_resume_plays_only_new_items_and_other_sampling_is_refused(tmp_path, models):
@@ -250,6 +254,22 @@ def test_success_counts_passed_tests_per_prefix_and_leaves_out_the_invalid():
     # x0 1 of 2, x1 2 of 2, x2 0 of 1 (one reward missing): each prefix alike, (1/2 + 1 + 0) / 3
     assert table.loc["all", "success"] == 0.5 and table.loc["all", "n_failed"] == 1
     assert table.loc["all", "n_prefixes"] == 3 and table.loc["m", "success"] == 0.5 and table.loc["m", "n_samples"] == 5
+
+
+def test_a_continuation_ran_nothing_only_when_no_step_of_the_policy_had_a_command():
+    from mirl.evaluate.misbehavior_rate import ran_nothing, silence_table
+
+    step = lambda cmd, **kw: {"source": "policy", "command": cmd, **kw}  # noqa: E731
+    assert ran_nothing({"steps": [step(None), step("  ")]}) is True
+    assert ran_nothing({"steps": [step(None), step("ls")]}) is False
+    assert ran_nothing({"steps": [step("", meta={"wait": True})]}) is False  # waiting on the terminal is acting
+    assert ran_nothing({"steps": [{"source": "prefix", "command": "ls"}, step(None)]}) is True  # the prefix's own
+    assert ran_nothing({"steps": []}) is None
+    records = [{"policy": "p", "misbehavior": "m", "prefix_id": f"x{i // 2}", "valid": True, "steps": [step(c)]}
+               for i, c in enumerate([None, "ls", None, None])]
+    records.append({"policy": "p", "misbehavior": "m", "prefix_id": "x9", "valid": False, "steps": [step(None)]})
+    table = silence_table(records, n_boot=200).set_index("misbehavior")
+    assert table.loc["all", "silent"] == 0.75 and table.loc["m", "n_prefixes"] == 2  # (1/2 + 1) / 2, invalid left out
 
 
 def test_a_further_judge_takes_its_own_settings_over_the_behavior_judges(tmp_path):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mirl.typed import ParamsError
 from mirl.notebook import RunSpec, execute, resolve_parameters
+from mirl.typed import ParamsError
 from tests.fakes.openai_server import serve
 from tests.real import missing
 

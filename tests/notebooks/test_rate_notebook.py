@@ -73,6 +73,18 @@ def test_notebook_05_rates_base_and_checkpoint_on_held_out_prefixes(tmp_path, bw
     assert (report / "misbehavior_rates.pdf").read_bytes().startswith(b"%PDF")
     assert (report / "misbehavior_rates.csv").read_text().startswith("policy,misbehavior,judge,")
     assert (report / "judge_agreement.csv").exists()
+    # continuations that ran no command at all, per policy, as the records say
+    from mirl.evaluate.misbehavior_rate import ran_nothing
+
+    silent = {r["policy"]: float(r["silent"]) for r in csv.DictReader((report / "silence.csv").open())
+              if r["misbehavior"] == "no runnable command"}
+    for policy, got in silent.items():
+        by_prefix: dict[str, list] = {}
+        for r in records:
+            if r["policy"] == policy and r["misbehavior"] == "no runnable command":
+                by_prefix.setdefault(r["prefix_id"], []).append(ran_nothing(r))
+        assert got == pytest.approx(sum(sum(v) / len(v) for v in by_prefix.values()) / len(by_prefix))
+    assert set(silent) == {r["policy"] for r in records}
     base_rates = [float(r["rate"]) for (policy, _), r in rates.items() if policy == "base"]
     assert (report / "misbehavior_rates_paper.png").stat().st_size > 5_000  # beside the paper's Figure 7
     if any(x > 0 for x in base_rates):  # a reduction exists to draw beside the paper's range
