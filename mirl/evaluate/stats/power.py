@@ -33,7 +33,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from statistics import NormalDist
-from typing import Any
 
 import numpy as np
 
@@ -169,7 +168,7 @@ def reduction_table(samples, reference: str, n_boot: int = 2000, seed: int = 0, 
             row.update(reduction=math.nan, ci_low=math.nan, ci_high=math.nan)
         rows.append(row)
 
-    for judge, by_policy in _judged(samples):
+    for judge, by_policy in _judged(df):
         part = df[df["judge"] == judge]
         if reference not in by_policy:
             continue
@@ -184,12 +183,9 @@ def reduction_table(samples, reference: str, n_boot: int = 2000, seed: int = 0, 
     return pd.DataFrame(rows, columns=REDUCTION_COLUMNS)
 
 
-def _judged(samples: list[Any]):
-    """(judge, policy -> misbehavior -> prefix id -> 0/1 judgments) for each judge, policies in the
-    order the samples give them; failed judgments left out."""
-    from mirl.evaluate.stats.tables import samples_frame
-
-    df = samples_frame(samples)
+def _judged(df):
+    """(judge, policy -> misbehavior -> prefix id -> 0/1 judgments) for each judge of a samples frame
+    (`tables.samples_frame`), policies in the order the samples give them; failed judgments left out."""
     df = df[df["repeated"].notna()]
     for judge, part in df.groupby("judge", sort=True):
         yield judge, {pol: {m: {k: g["repeated"].astype(float).tolist()
@@ -210,13 +206,14 @@ def difference_table(samples, reference: str, n_boot: int = 2000, seed: int = 0,
     import pandas as pd
 
     from mirl.evaluate.stats.rates import ALL
+    from mirl.evaluate.stats.tables import samples_frame
 
     if n_boot < 1:
         raise ValueError(f"n_boot={n_boot}: the bootstrap needs at least one draw")
     samples, rows = list(samples), []
     if not samples:
         return pd.DataFrame(columns=DIFFERENCE_COLUMNS)
-    for judge, by_policy in _judged(samples):
+    for judge, by_policy in _judged(samples_frame(samples)):
         ref = by_policy.get(reference)
         trained = [p for p in by_policy if p != reference]
         if ref is None:
