@@ -95,6 +95,10 @@ class EmbeddedLM:
         """Where the decode thread's time went (see `embedded_batch.DecodeBatcher.stats`)."""
         return self._batcher.stats
 
+    def close(self) -> None:
+        """End the decode thread (a later call starts it again), so nothing holds the model but its owner."""
+        self._batcher.stop()
+
     def clear_prefix_cache(self) -> None:
         """Forget the cached prompt prefixes (needed after changing the model's weights in place)."""
         with self._lock:

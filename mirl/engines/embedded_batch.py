@@ -247,8 +247,9 @@ class DecodeBatcher:
         if thread is not None and thread.is_alive():
             self.queue.put(None)
             thread.join(timeout=30)
-        if thread is not None and not thread.is_alive():
-            atexit.unregister(self.stop)  # it held the batcher, and its model, until the process ended
+        with self._start:  # not the hook of a thread a new request started meanwhile
+            if thread is not None and self._thread is thread and not thread.is_alive():
+                atexit.unregister(self.stop)  # it held the batcher, and its model, until the process ended
 
     def _loop(self) -> None:
         try:

@@ -74,9 +74,13 @@ def serve(name: str, engine: Any) -> str:
 
 
 def forget(name: str) -> None:
-    """Drop the process-wide engine of `local/<name>` (its memory goes once nothing else holds it)."""
+    """Drop the process-wide engine of `local/<name>` and close it (its decode thread ends), so that its
+    memory goes once nothing else holds it."""
     with _MODELS_LOCK:
-        _MODELS.pop(name, None)
+        engine = _MODELS.pop(name, None)
+    close = getattr(engine, "close", None)
+    if callable(close):
+        close()
 
 
 def get(name: str = "smollm2") -> Any:

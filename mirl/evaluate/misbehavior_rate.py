@@ -31,9 +31,11 @@ Finalize, under `runs/<run>/misbehavior_rate/`:
                          the prefix) per (policy, misbehavior and "all": their mean), prefix-bootstrap intervals
     silence.csv          the share of continuations in which the policy ran no command at all (no step of
                          them had a runnable one), per (policy, misbehavior and "all"), with the same
-                         intervals: a judge finds no repeated command in them, so a policy that learns to
-                         say nothing runnable lowers its rate without avoiding anything (a small-scale run
-                         of 2026-12-06: 90 of MiRL's 141 avoided "unchanged" repeats, 53 of base's 82)
+                         intervals. For a misbehavior about what a command does (repeating one, say) a judge
+                         finds nothing in them, so a policy that learns to say nothing runnable lowers that
+                         rate without avoiding anything (a small-scale run of 2026-12-06: 90 of MiRL's 141
+                         avoided "unchanged" repeats, 53 of base's 82); for "no runnable command" itself they
+                         are the misbehavior
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
     records = CONTINUATIONS
     key_fields = ("policy", "prefix_id", "sample")
     reads = ("profiling", "taxonomy", "prefixes")
-    derived = (JUDGMENTS, RATES, AGREEMENT)
+    derived = (JUDGMENTS, RATES, AGREEMENT, REDUCTIONS, DIFFERENCES, SUCCESS, SILENCE)
 
     def __init__(self, params: Params, run_dir, sandbox=None, tasks=None):
         super().__init__(params, run_dir)
@@ -286,7 +288,8 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
                 **({"reward": traj.reward} if s.verify else {}),
                 "restore": restore.get("mode"), "judgments": judgments,
                 "steps": [{"source": st.source, "reasoning": st.reasoning, "command": st.command,
-                           "exit_code": st.exit_code, "output": (st.output or "")[:OUTPUT_CHARS]} for st in steps]}
+                           "exit_code": st.exit_code, "output": (st.output or "")[:OUTPUT_CHARS],
+                           **({"wait": True} if st.meta.get("wait") else {})} for st in steps]}
 
     def has_rule(self, misbehavior: str) -> bool:
         from mirl.roles.behavior_judge import rule_detector_of
@@ -381,17 +384,17 @@ def success_table(records: list[dict[str, Any]], n_boot: int = 2000, seed: int =
 
 def ran_nothing(record: dict[str, Any]) -> bool | None:
     """Whether the policy ran no command in any step it played after the prefix (None: it played
-    none). A step that waits on the terminal on purpose (`meta.wait`) counts as acting."""
+    none). A step that waits on the terminal on purpose (`wait`: empty keystrokes) counts as acting."""
     steps = [s for s in record.get("steps") or [] if s.get("source", "policy") == "policy"]
     if not steps:
         return None
-    return not any((s.get("command") or "").strip() or (s.get("meta") or {}).get("wait") for s in steps)
+    return not any((s.get("command") or "").strip() or s.get("wait") for s in steps)
 
 
 def silence_table(records: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """The share of valid continuations in which the policy ran no command at all (`ran_nothing`), per
     (policy, misbehavior, and "all"), with the rates' prefix-bootstrap interval (the `judge` column
-    says `silent`)."""
+    says `silent`; a continuation that played no step counts in `n_failed`)."""
     from mirl.evaluate.stats.rates import COLUMNS, misbehavior_rates
 
     rows = [{"policy": r["policy"], "misbehavior": r["misbehavior"], "prefix_id": r["prefix_id"], "judge": "silent",

@@ -186,7 +186,6 @@ def test_a_dead_decode_thread_fails_callers_instead_of_hanging():
         batcher.run(req)
 
 
-
 def test_a_stopped_batcher_is_freed_with_its_last_reference():
     """The exit hook that stops a batcher left running must not hold a stopped one (and its model)."""
     import gc

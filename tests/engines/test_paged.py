@@ -311,6 +311,22 @@ def test_the_registry_serves_a_checkpoint_with_the_paged_engine_when_asked(check
     e.close()
 
 
+def test_a_forgotten_engine_is_closed_and_freed(checkpoint):
+    """`registry.forget` (checkpoint selection drops each candidate's engine before the next) ends the
+    engine's owner thread, so its memory goes with the last reference."""
+    from mirl.engines import registry
+
+    e = make(checkpoint)
+    name = registry.serve("paged-forget-test", e)
+    assert e.generate(TASK, [0], max_tokens=2, temperature=0.0).samples[0].output_tokens == 2
+    thread, ref = e._thread, weakref.ref(e)
+    registry.forget(name.removeprefix("local/"))
+    assert not thread.is_alive()
+    del e
+    gc.collect()
+    assert ref() is None
+
+
 def test_a_one_token_prompt_decodes_as_generate(engine):
     gen = engine.generate_tokens([17], [0], max_tokens=8, temperature=0.0)  # a pass of one token is padded
     assert gen.samples[0].ids == generate_ref(engine, [17], 8)

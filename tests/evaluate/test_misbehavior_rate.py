@@ -262,7 +262,7 @@ def test_a_continuation_ran_nothing_only_when_no_step_of_the_policy_had_a_comman
     step = lambda cmd, **kw: {"source": "policy", "command": cmd, **kw}  # noqa: E731
     assert ran_nothing({"steps": [step(None), step("  ")]}) is True
     assert ran_nothing({"steps": [step(None), step("ls")]}) is False
-    assert ran_nothing({"steps": [step("", meta={"wait": True})]}) is False  # waiting on the terminal is acting
+    assert ran_nothing({"steps": [step("", wait=True)]}) is False  # waiting on the terminal is acting
     assert ran_nothing({"steps": [{"source": "prefix", "command": "ls"}, step(None)]}) is True  # the prefix's own
     assert ran_nothing({"steps": []}) is None
     records = [{"policy": "p", "misbehavior": "m", "prefix_id": f"x{i // 2}", "valid": True, "steps": [step(c)]}

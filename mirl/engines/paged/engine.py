@@ -234,8 +234,9 @@ class PagedEngine:
         if thread is not None and thread.is_alive():
             self._queue.put(None)
             thread.join(timeout=60)
-        if thread is not None and not thread.is_alive():
-            atexit.unregister(self.close)
+        with self._start_lock:  # not the hook of a thread a new request started meanwhile
+            if thread is not None and self._thread is thread and not thread.is_alive():
+                atexit.unregister(self.close)
 
     @property
     def kv_capacity(self) -> dict[str, int]:
