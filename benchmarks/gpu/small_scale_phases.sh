@@ -3,9 +3,12 @@
 #   bash benchmarks/gpu/small_scale_phases.sh [CALL_S]
 # from the repository root. The first call unpacks the seeded run (stages 01-03 and the base policy's
 # continuations, docs/small_scale/data/runs.tar.xz) into $SMALL_WORK (default ~/small-work) with every
-# recipe's training dropped; then the recipes are trained one after another, evaluated together (one
-# misbehavior-rate stage for all of them: 2:00 + 2:21 when each was evaluated after its training, on
-# 2026-12-06), and pass@1 and the costs come last. A finished phase is
+# recipe's training and the seeded pass@1 dropped; then the recipes are trained one after another,
+# evaluated together (one misbehavior-rate stage for all of them: 2:00 + 2:21 when each was evaluated after
+# its training, on 2026-12-06), and the costs come last. pass@1 from step 0 (stage 06) is not a phase: it
+# took 0:52-0:56 of the device and was 0 for every policy in all three runs of 2026-12-06 (SmolLM2-135M
+# solves no bundled task on its own), and without it the experiment fits 20 device minutes; run it with
+# `bash benchmarks/gpu/small_scale.sh 120 --from pass_at_k --to pass_at_k`. A finished phase is
 # marked in the work directory and skipped by the next call; a phase starts only when the call has the
 # seconds it usually takes (a training cut at the deadline loses the steps since its last checkpoint), so
 # a call ends early rather than start one it cannot finish. Every call runs the same command until it
@@ -19,7 +22,19 @@ S=$W/runs/small
 if [ ! -d "$S" ]; then
   mkdir -p "$W" && tar xJf docs/small_scale/data/runs.tar.xz -C "$W" || exit 1
   rm -rf "$S"/recipes/*/training "$S"/recipes/*/.training.stage.lock "$S"/recipes/*/llm_calls.jsonl \
-     "$S"/recipes/*/device_time.jsonl
+     "$S"/recipes/*/device_time.jsonl "$S"/pass_at_k "$S"/.pass_at_k.stage.lock
+  # the run's ledger keeps every earlier evaluation's calls: keep only those of what this run reuses (stages
+  # 01-03 and the base policy's continuations), so the costs count each call of this run once
+  python3 - "$S/llm_calls.jsonl" <<'PY' || exit 1
+import json, sys
+path = sys.argv[1]
+lines = open(path).read().splitlines(keepends=True)
+def kept(line):
+    row = json.loads(line)
+    return row.get("stage") in ("profiling", "taxonomy", "prefixes") or (
+        row.get("stage") == "misbehavior_rate" and "/checkpoints/" not in str(row.get("model")))
+open(path, "w").writelines(line for line in lines if line.strip() and kept(line))
+PY
 fi
 END=$((SECONDS + CALL))
 LOG=${OUT:-$W}/log.txt
@@ -36,7 +51,7 @@ PHASES="training:mirl training:mirl 380
 training:outcome-prefix training:outcome-prefix 380
 training:tmax training:tmax 380
 misbehavior_rate misbehavior_rate 200
-pass_at_k cost 60"
+cost cost 30"
 i=0
 while read -r from to need; do
   i=$((i + 1))

@@ -485,6 +485,7 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
     The common runner's prologue and epilogue (`mirl.runner.stage.run_own_loop`: lock, force,
     fingerprint, input digests, summary and ledger) wrap the training loop (`train`).
     `on_step(row)` is called with each step's metrics row (the notebook plots from it)."""
+    began = time.perf_counter()
     stage = TrainingStage(params, run_dir, sandbox=sandbox, tasks=tasks)
     t = params.training
     if t.validation_tasks:  # a missing validation set fails now, not after the last step
@@ -502,21 +503,29 @@ def run_training(params: Params, run_dir: str | Path, sandbox=None, tasks=None, 
         if not profiled["complete"]:
             raise StageError(f"step profiling stopped before every candidate was sampled ({profiled.get('stopped')}); "
                              "run again to finish it before PivotRL trains")
-    return run_own_loop(stage, lambda digest, starts: train(stage, digest, *starts, progress=progress, on_step=on_step),
+    return run_own_loop(stage, lambda digest, starts: train(stage, digest, *starts, progress=progress, on_step=on_step,
+                                                            began=began),
                         force=force, prepare=stage.training_starts)
 
 
 def train(stage: TrainingStage, digest: str, misbehaviors: dict[str, Any], pool: list[Start], skipped: dict[str, int],
-          progress: bool = True, on_step=None) -> dict[str, Any]:
-    """The training loop from the last checkpoint on; returns the summary fields (`finalize`)."""
+          progress: bool = True, on_step=None, began: float | None = None) -> dict[str, Any]:
+    """The training loop from the last checkpoint on; returns the summary fields (`finalize`), with
+    `startup_s`: the seconds from the stage's start to its first step, split into reading the inputs,
+    making the policy engine and learner, and making the rollout player (a device run pays them once
+    per process, before any step)."""
     from mirl.llm.client import LLMClient
     from mirl.llm.ledger import open_ledger
 
     run, t = stage.run, stage.params.training
+    t0 = time.perf_counter()
+    startup = {"inputs": round(t0 - began, 3)} if began is not None else {}
     starts = Starts(pool, t.seed)
     client = LLMClient(stage.llm_config(), run_dir=run.root, stage=STAGE)
     engine = make_engine(policy_engine(client), t)
     done, draws = resume_point(stage, engine)
+    t1 = time.perf_counter()
+    startup["engine"] = round(t1 - t0, 3)
     history = LiveRate.of_rows(read_jsonl(stage.out / METRICS)[0] if (stage.out / METRICS).exists() else [])
     passing = PassOver.of_log(t.pass_over_dead, starts, draws,
                               read_jsonl(stage.out / ROLLOUTS)[0] if t.pass_over_dead and (stage.out / ROLLOUTS).exists()
@@ -531,6 +540,7 @@ def train(stage: TrainingStage, digest: str, misbehaviors: dict[str, Any], pool:
         player = engine.pool = rollout_pool(make, t.scale)
     else:
         player = stage.player(client, misbehaviors, envs=[s.env for s in pool])
+    startup["player"] = round(time.perf_counter() - t1, 3)
     ledger = open_ledger(run.root)
     stopped = None
     bar = Progress(total=t.steps, initial=done, disable=not progress, desc=STAGE, unit="step",
@@ -593,7 +603,7 @@ def train(stage: TrainingStage, digest: str, misbehaviors: dict[str, Any], pool:
         bar.close()
         if hasattr(player, "shutdown"):
             player.shutdown()
-    return finalize(stage, stopped, skipped, pool)
+    return {**finalize(stage, stopped, skipped, pool), "startup_s": startup}
 
 
 def all_invalid(step: int, rollouts: list, last: tuple[int, Path] | None) -> str | None:

@@ -121,6 +121,9 @@ def check_training(run, task, profiled, bwrap_sandbox, engine, base):
     rows = []
     summary = run_training(params(), run.root, sandbox=bwrap_sandbox, tasks=[task], progress=False, on_step=rows.append)
     assert summary["done"] == 2 and summary["complete"] and summary["checkpoints"] == [1, 2]
+    # what a process pays before its first step, by part (the device run's per-recipe start-up)
+    assert set(summary["startup_s"]) == {"inputs", "engine", "player"}
+    assert all(v >= 0 for v in summary["startup_s"].values()) and summary["startup_s"]["inputs"] > 0
     metrics = read_jsonl(run.file("training", "metrics.jsonl"))[0]
     assert [m["step"] for m in metrics] == [1, 2] and rows == metrics
     # a step fills its batch or stops at the cap on tries; a step whose every group was dead (all rewards
