@@ -445,7 +445,8 @@ def recipe_budgets(recipes: list[Any], overrides: dict[str, Any]) -> list[str]:
     for r in recipes:
         t = pipeline.load(r.params_file, overrides).training
         caps[r.name] = t.steps * t.max_tries * t.group_size
-        lines.append(f"recipe {r.name}: start {t.start}, reward {t.reward}; {t.steps} steps x {t.batch_size} groups x "
+        reward = f"{t.reward} (judged over the taxonomy)" if t.reward == "mirl" and t.judge_scope == "taxonomy" else t.reward
+        lines.append(f"recipe {r.name}: start {t.start}, reward {reward}; {t.steps} steps x {t.batch_size} groups x "
                      f"{t.group_size} rollouts, at most {caps[r.name]} rollouts ({t.max_tries} tries a step)")
     if len(set(caps.values())) > 1:
         lines.append("warning: the recipes' rollout budgets differ: " + ", ".join(f"{k} {v}" for k, v in caps.items()))

@@ -174,6 +174,9 @@ def test_check_prints_each_recipes_budget_and_warns_when_they_differ(tmp_path):
                      f"at most {2 * t.max_tries * t.group_size} rollouts ({t.max_tries} tries a step)",
                      f"recipe b: start prefix, reward outcome; 2 steps x {t.batch_size} groups x {t.group_size} "
                      f"rollouts, at most {2 * t.max_tries * t.group_size} rollouts ({t.max_tries} tries a step)"]
+    (d / "a.yaml").write_text("base: base.yaml\ntraining:\n  recipe: a\n  judge_scope: taxonomy\n")
+    assert recipe_budgets(recipes.load(d / "exp.yaml"), {})[0].startswith(
+        "recipe a: start prefix, reward mirl (judged over the taxonomy); 2 steps")
     (d / "b.yaml").write_text("base: base.yaml\ntraining:\n  recipe: b\n  steps: 3\n")
     assert recipe_budgets(recipes.load(d / "exp.yaml"), {})[-1].startswith("warning: the recipes' rollout budgets differ")
 

@@ -100,6 +100,11 @@ class TrainingParams:
         "help": "behavior judge: the models.behavior_judge LLM, or offline the misbehavior's rule detector "
                 "(prefixes of misbehaviors without one are skipped)"})
     judge_steps: int = field(default=5, metadata={"min": 1, "help": "policy steps after the prefix the behavior judge reads (paper: m = 5)"})
+    judge_scope: Literal["prefix", "taxonomy"] = field(default="prefix", metadata={
+        "help": "what r_e forbids: the prefix's own misbehavior (paper), or every misbehavior of the taxonomy that "
+                "the judge can judge (beyond the paper: a continuation that trades the prefix's misbehavior for "
+                "another, e.g. a reply with no runnable command, earns nothing; an LLM judge is asked once per "
+                "misbehavior)"})
     restore: Literal["auto", "rerun", "snapshot"] = field(default="auto", metadata={
         "help": "how a prefix's sandbox state is made: snapshot when the prefix stage kept one (auto), else "
                 "re-running its commands"})

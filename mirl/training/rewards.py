@@ -3,6 +3,8 @@
     r_o = the task's tests pass (verifier reward >= 1: a partial score, e.g. 0.5 of the tests, is a
           fail, because the outcome part is binary)
     r_e = the behavior judge did not see the prefix's misbehavior in the first m policy steps after it
+          (with `training.judge_scope: taxonomy`, nor any other misbehavior of the taxonomy: beyond the
+          paper, whose judge reads the prefix's own misbehavior only)
     reward = r_o AND r_e, as 0.0 or 1.0
 
 A rollout whose infrastructure failed (exit_reason "error", a verifier error, no verifier reward, a
@@ -12,6 +14,7 @@ is left out of group statistics rather than counted as 0.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -30,6 +33,7 @@ class Reward:
     judge_source: str = ""  # "llm:<model>" | "rules:<detector>"
     judged_steps: tuple[int, ...] = ()
     verifier_reward: float | None = None
+    seen: tuple[str, ...] = ()  # the misbehaviors the judges saw (the prefix's own first)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,18 +71,24 @@ def outcome_reward(trajectory: Trajectory, verifier_reward: float | None = None)
 
 
 def mirl_reward(trajectory: Trajectory, prefix_steps: int | None, verifier_reward: float | None,
-                judge: Any, misbehavior: ErrorType) -> Reward:
+                judge: Any, misbehavior: ErrorType, others: Sequence[tuple[Any, ErrorType]] = ()) -> Reward:
     """The reward of one rollout (module docstring). `prefix_steps` defaults to the trajectory's
     `prefix_len`; `verifier_reward` to its stored `reward`; `judge` is a behavior judge
-    (`mirl.roles.behavior_judge`), asked only when the rollout is valid."""
+    (`mirl.roles.behavior_judge`), asked only when the rollout is valid. `others`: (judge, misbehavior)
+    pairs that must not be seen either (`training.judge_scope: taxonomy`); every one is asked, so
+    `seen` names all that were."""
     vr = trajectory.reward if verifier_reward is None else verifier_reward
     bad = infrastructure_failure(trajectory, verifier_reward)
     if bad is not None:
         return bad
-    try:
-        verdict = judge.judge(trajectory, misbehavior, prefix_steps)
-    except LLMError as e:  # the judge could not answer (no tag after re-asks, API failure): says nothing of the policy
-        return invalid(f"the behavior judge failed: {e}", vr)
-    r_o, r_e = outcome_passes(float(vr)), not verdict.yes
-    return Reward(r_o=r_o, r_e=r_e, reward=float(r_o and r_e), judge_source=verdict.source,
-                  judged_steps=tuple(verdict.steps), verifier_reward=float(vr))
+    verdicts = []
+    for j, m in [(judge, misbehavior), *others]:
+        try:
+            verdicts.append((m, j.judge(trajectory, m, prefix_steps)))
+        except LLMError as e:  # the judge could not answer (no tag after re-asks, API failure): says nothing of the policy
+            return invalid(f"the behavior judge failed on {m.name!r}: {e}", vr)
+    seen = [(m, v) for m, v in verdicts if v.yes]
+    shown = seen[0][1] if seen else verdicts[0][1]
+    r_o, r_e = outcome_passes(float(vr)), not seen
+    return Reward(r_o=r_o, r_e=r_e, reward=float(r_o and r_e), judge_source=shown.source,
+                  judged_steps=tuple(shown.steps), verifier_reward=float(vr), seen=tuple(m.name for m, _ in seen))

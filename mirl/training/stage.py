@@ -242,7 +242,7 @@ class TrainingStage(EpisodeInputs, Stage):
                            sandbox=self.sandbox(), policy=client.model("policy"),
                            agent=with_limits(self.params.agent, t.max_steps), reward=t.reward, judges=judges,
                            misbehaviors=misbehaviors, rubric_reward=rubric_reward, restore=t.restore,
-                           workers=t.workers)
+                           judge_scope=t.judge_scope, workers=t.workers)
 
     def rubric_reward(self, client, envs: list[str]):
         """RaR+: each environment's rubric (written once, kept in rubrics.jsonl) and the reward of a rollout."""

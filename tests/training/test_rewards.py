@@ -87,3 +87,44 @@ def test_the_prefix_length_reaches_the_judge():
     judge = Says(False)
     mirl_reward(rollout(False), 1, 1.0, judge, RETRY)
     assert judge.asked[0][1] is RETRY and judge.asked[0][2] == 1
+
+
+NO_COMMAND = ErrorType("no runnable command", "Replies with no command that can be run.",
+                       provenance="rules: rules:no-runnable-command")
+
+
+def silent(reward: float = 1.0) -> Trajectory:
+    """The failed-command prefix, then two replies with no runnable command (the fence never closed)."""
+    steps = [Step(reasoning="", command="make", exit_code=2, output="error", source="prefix")]
+    steps += [Step(reasoning="THOUGHT: fix it\n```bash\nvi Make", command=None, raw="THOUGHT: fix it\n```bash\nvi Make")] * 2
+    return Trajectory(task="t", seed=0, models={}, instruction="Build it.", steps=steps, prefix_len=1,
+                      reward=reward, exit_reason="step_limit")
+
+
+def test_a_taxonomy_wide_judge_takes_the_reward_of_a_continuation_that_trades_one_misbehavior_for_another():
+    """With the prefix's own judge a silent continuation avoids the retry and earns r_o AND r_e; asked about
+    the taxonomy's other misbehaviors too, the judges see "no runnable command" and r_e is 0, named in `seen`."""
+    judge = RuleBehaviorJudge()
+    own = mirl_reward(silent(), None, 1.0, judge, RETRY)
+    assert own.r_e and own.reward == 1.0 and own.seen == ()
+    wide = mirl_reward(silent(), None, 1.0, judge, RETRY, others=[(judge, NO_COMMAND)])
+    assert not wide.r_e and wide.reward == 0.0 and wide.seen == ("no runnable command",)
+    assert wide.judge_source == "rules:no-runnable-command" and wide.judged_steps == (1, 2)
+    # a continuation that avoids both is paid, and one that repeats names its own misbehavior first
+    assert mirl_reward(rollout(repeats=False), None, 1.0, judge, RETRY, others=[(judge, NO_COMMAND)]).reward == 1.0
+    both = mirl_reward(rollout(repeats=True), None, 1.0, judge, RETRY, others=[(judge, NO_COMMAND)])
+    assert both.seen == ("retries failed command unchanged",) and both.judge_source == "rules:retry-unchanged-after-failure"
+
+
+def test_every_judge_of_a_taxonomy_wide_reward_is_asked_and_one_that_fails_makes_the_rollout_invalid():
+    from mirl.llm.errors import LLMError
+
+    class Fails:
+        def judge(self, trajectory, misbehavior, prefix_steps=None):
+            raise LLMError("invalid_json", "no verdict tag")
+
+    a, b = Says(False), Says(True)
+    r = mirl_reward(rollout(False), None, 1.0, a, RETRY, others=[(b, NO_COMMAND)])
+    assert len(a.asked) == len(b.asked) == 1 and r.seen == ("no runnable command",) and r.reward == 0.0
+    bad = mirl_reward(rollout(False), None, 1.0, Says(False), RETRY, others=[(Fails(), NO_COMMAND)])
+    assert not bad.valid and "'no runnable command'" in bad.why_invalid

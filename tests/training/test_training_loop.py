@@ -93,6 +93,41 @@ def test_rewards_are_the_and_of_outcome_and_judge_and_infrastructure_is_invalid(
         player(judge=Judge(False)).score(traj(), Start(env="t"))
 
 
+def test_a_taxonomy_wide_judge_scope_asks_every_misbehavior_that_has_a_judge():
+    """`training.judge_scope: taxonomy`: the player asks the prefix's judge and every other misbehavior's
+    (one without a judge here is left out, not an error); `prefix` (the paper's) asks only the prefix's."""
+    from mirl.records.taxonomy import ErrorType
+
+    mis = {name: ErrorType(name, "d", provenance=f"rules: {name}") for name in ("own", "other", "unjudged")}
+    asked = []
+
+    def judges(name):
+        if name == "unjudged":
+            raise ValueError("misbehavior 'unjudged' has no rule detector and no LLM client was given")
+        return SaysFor(name, asked, yes=name == "other")
+
+    start = Start(env="t", prefix=prefix("own"))
+    wide = GroupPlayer(tasks={}, trajectories={}, sandbox=None, policy=None, agent=None, reward="mirl",
+                       judges=judges, misbehaviors=mis, judge_scope="taxonomy")
+    r = wide.score(traj(), start)
+    assert asked == ["own", "other"] and (r.r_e, r.reward, r.seen) == (False, 0.0, ("other",))
+    asked.clear()
+    own = GroupPlayer(tasks={}, trajectories={}, sandbox=None, policy=None, agent=None, reward="mirl",
+                      judges=judges, misbehaviors=mis)
+    assert own.score(traj(), start).reward == 1.0 and asked == ["own"]
+
+
+class SaysFor:
+    def __init__(self, name, asked, yes):
+        self.name, self.asked, self.yes = name, asked, yes
+
+    def judge(self, trajectory, misbehavior, prefix_steps=None):
+        from mirl.roles.behavior_judge import Judgment
+
+        self.asked.append(misbehavior.name)
+        return Judgment(yes=self.yes, source=f"test:{self.name}", steps=[prefix_steps])
+
+
 class FakePlayer:
     """Groups by draw index from a table; records what was asked."""
 
