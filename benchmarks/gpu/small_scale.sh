@@ -17,7 +17,7 @@ DEADLINE=${1:-480}
 shift $(($# > 0 ? 1 : 0))
 W=${SMALL_WORK:-$HOME/small-work}
 NAME=${SMALL_NAME:-small}
-PARAMS=$REPO/params/small_scale/experiment.yaml
+PARAMS=$REPO/${SMALL_PARAMS:-params/small_scale/experiment.yaml}  # relative to the repository
 TAG=MIRL_SMALL_SCALE_RUN  # in the environment of every process this script starts for the batch
 mkdir -p "$W"
 ln -sfn "$REPO/tasks" "$W/tasks"  # the params name the bundled suite as `tasks`, relative to the batch's directory

@@ -13,13 +13,32 @@
 # seconds it usually takes (a training cut at the deadline loses the steps since its last checkpoint), so
 # a call ends early rather than start one it cannot finish. Every call runs the same command until it
 # prints `small_scale_phases: all done`. Exit code: 0 all done, 1 a phase failed, 2 more calls needed.
+#
+# Another experiment on the same stages 01-03: SMALL_NAME names its run (seeded with stages 01-03 of the
+# bundled run only, the base policy evaluated afresh beside its recipes), SMALL_PARAMS its params file
+# (relative to the repository) and SMALL_PHASES its phases, e.g. the taxonomy-wide judge alone:
+#   SMALL_NAME=taxonomy SMALL_PARAMS=params/small_scale/experiment-taxonomy.yaml \
+#   SMALL_PHASES=$'training:mirl-taxonomy training:mirl-taxonomy 380\nmisbehavior_rate misbehavior_rate 200' \
+#   bash benchmarks/gpu/small_scale_phases.sh 585
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 CALL=${1:-560}
 export PYTHONUNBUFFERED=1
 W=${SMALL_WORK:-$HOME/small-work}
-S=$W/runs/small
-if [ ! -d "$S" ]; then
+export SMALL_NAME=${SMALL_NAME:-small}
+S=$W/runs/$SMALL_NAME
+if [ ! -d "$S" ] && [ "$SMALL_NAME" != small ]; then
+  T=$(mktemp -d) && tar xJf docs/small_scale/data/runs.tar.xz -C "$T" || exit 1
+  mkdir -p "$S" && for d in profiling taxonomy prefixes; do cp -a "$T/runs/small/$d" "$S/" || exit 1; done
+  cp "$T/runs/small/llm_calls.jsonl" "$S/" && rm -rf "$T"
+  python3 - "$S/llm_calls.jsonl" <<'PY' || exit 1
+import json, sys
+path = sys.argv[1]
+lines = open(path).read().splitlines(keepends=True)
+keep = [line for line in lines if line.strip() and json.loads(line).get("stage") in ("profiling", "taxonomy", "prefixes")]
+open(path, "w").writelines(keep)
+PY
+elif [ ! -d "$S" ]; then
   mkdir -p "$W" && tar xJf docs/small_scale/data/runs.tar.xz -C "$W" || exit 1
   rm -rf "$S"/recipes/*/training "$S"/recipes/*/.training.stage.lock "$S"/recipes/*/llm_calls.jsonl \
      "$S"/recipes/*/device_time.jsonl "$S"/pass_at_k "$S"/.pass_at_k.stage.lock
@@ -42,20 +61,21 @@ LOG=${OUT:-$W}/log.txt
 export SMALL_PACK=0
 pack() {
   [ -n "${OUT:-}" ] && [ -d "$S" ] || return 0
-  (cd "$W" && tar cf - --exclude=checkpoints runs/small $([ -d reports/small ] && echo reports/small) | xz -T8 -3 \
-     > "$OUT/small.tar.xz" && cd "$OUT" && split -b 15M -d small.tar.xz small.tar.xz. && rm small.tar.xz)
+  local n=$SMALL_NAME
+  (cd "$W" && tar cf - --exclude=checkpoints "runs/$n" $([ -d "reports/$n" ] && echo "reports/$n") | xz -T8 -3 \
+     > "$OUT/$n.tar.xz" && cd "$OUT" && split -b 15M -d "$n.tar.xz" "$n.tar.xz." && rm "$n.tar.xz")
 }
 trap pack EXIT
 # phase: `--from` stage, `--to` stage, the seconds it took on an H100 (2026-12-06) with a margin
-PHASES="training:mirl training:mirl 380
+PHASES=${SMALL_PHASES:-"training:mirl training:mirl 380
 training:outcome-prefix training:outcome-prefix 380
 training:tmax training:tmax 380
 misbehavior_rate misbehavior_rate 200
-cost cost 30"
+cost cost 30"}
 i=0
 while read -r from to need; do
   i=$((i + 1))
-  [ -f "$W/phase$i" ] && continue
+  [ -f "$W/$SMALL_NAME.phase$i" ] && continue
   left=$((END - SECONDS))
   if [ "$left" -lt "$need" ]; then
     echo "small_scale_phases: phase $i ($from..$to) needs ~${need}s, ${left}s left in this call: run me again"
@@ -66,7 +86,7 @@ while read -r from to need; do
   rc=${PIPESTATUS[0]}
   echo "== phase $i $from..$to: exit code $rc, $((END - SECONDS))s left"
   case $rc in
-    0) touch "$W/phase$i" ;;
+    0) touch "$W/$SMALL_NAME.phase$i" ;;
     3|124|137) exit 2 ;;  # still carrying, or stopped at the deadline: the next call continues
     *) exit 1 ;;
   esac
