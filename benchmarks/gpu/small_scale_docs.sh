@@ -3,13 +3,14 @@
 # its run (checkpoints left out) as docs/small_scale/data/runs.tar.xz:
 #   bash benchmarks/gpu/small_scale_docs.sh [WORK]     # WORK holds runs/small and reports/small (default .)
 # e.g. after unpacking what benchmarks/gpu/small_scale.sh sent back: cat small.tar.xz.* | tar xJf - -C WORK.
+# Another experiment's run: SMALL_NAME=taxonomy SMALL_DOCS=docs/small_scale/taxonomy bash ... WORK.
 # docs/small_scale/README.md (the conclusion, written from these files) is not touched.
 set -eu
 cd "$(dirname "$0")/../.."
 W=${1:-.}
 NAME=${SMALL_NAME:-small}
 R=$W/reports/$NAME
-D=docs/small_scale
+D=${SMALL_DOCS:-docs/small_scale}  # another experiment's run goes to its own folder
 [ -d "$R" ] && [ -d "$W/runs/$NAME" ] || { echo "no reports/$NAME and runs/$NAME under $W" >&2; exit 2; }
 find "$D" -maxdepth 1 -type f ! -name README.md -delete
 mkdir -p "$D/data"
