@@ -8,8 +8,9 @@
 # ~/small-work, outside the repository copy each call rebuilds; it stays while the machine is warm), and
 # packs runs/small and reports/small, checkpoints left out, into $OUT as small.tar.xz.NN pieces of 15 MiB
 # (`cat small.tar.xz.* | tar xJf -`). The batch resumes where it stopped, so the next call runs the same
-# command and continues. Exit code: the batch's (124 or 137: stopped at the deadline), 3 while something
-# is still to carry.
+# command and continues. SMALL_PARAMS and SMALL_NAME name another experiment's params file and run (then
+# NAME.tar.xz.NN). Exit code: the batch's (124 or 137: stopped at the deadline), 3 while something is
+# still to carry.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 REPO=$PWD
@@ -17,7 +18,8 @@ DEADLINE=${1:-480}
 shift $(($# > 0 ? 1 : 0))
 W=${SMALL_WORK:-$HOME/small-work}
 NAME=${SMALL_NAME:-small}
-PARAMS=$REPO/${SMALL_PARAMS:-params/small_scale/experiment.yaml}  # relative to the repository
+PARAMS=${SMALL_PARAMS:-params/small_scale/experiment.yaml}  # absolute, or relative to the repository
+case $PARAMS in /*) ;; *) PARAMS=$REPO/$PARAMS ;; esac
 TAG=MIRL_SMALL_SCALE_RUN  # in the environment of every process this script starts for the batch
 mkdir -p "$W"
 ln -sfn "$REPO/tasks" "$W/tasks"  # the params name the bundled suite as `tasks`, relative to the batch's directory

@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# Copies the small-scale experiment's tables and figures from its reports into docs/small_scale/ and packs
-# its run (checkpoints left out) as docs/small_scale/data/runs.tar.xz:
-#   bash benchmarks/gpu/small_scale_docs.sh [WORK]     # WORK holds runs/small and reports/small (default .)
+# Copies a small-scale experiment's tables and figures from its reports into its docs folder and packs its
+# run (checkpoints left out) there as data/runs.tar.xz:
+#   bash benchmarks/gpu/small_scale_docs.sh [WORK]     # WORK holds runs/NAME and reports/NAME (default .)
 # e.g. after unpacking what benchmarks/gpu/small_scale.sh sent back: cat small.tar.xz.* | tar xJf - -C WORK.
-# Another experiment's run: SMALL_NAME=taxonomy SMALL_DOCS=docs/small_scale/taxonomy bash ... WORK.
-# docs/small_scale/README.md (the conclusion, written from these files) is not touched.
+# NAME is $SMALL_NAME (default small, the bundled experiment, whose folder is docs/small_scale/); another
+# experiment's run goes to docs/small_scale/NAME/ (SMALL_DOCS names another folder). The folder's files are
+# replaced; its README.md (the conclusion, written from these files) is not touched.
 set -eu
 cd "$(dirname "$0")/../.."
 W=${1:-.}
 NAME=${SMALL_NAME:-small}
 R=$W/reports/$NAME
-D=${SMALL_DOCS:-docs/small_scale}  # another experiment's run goes to its own folder
+if [ "$NAME" = small ]; then D=${SMALL_DOCS:-docs/small_scale}; else D=${SMALL_DOCS:-docs/small_scale/$NAME}; fi
 [ -d "$R" ] && [ -d "$W/runs/$NAME" ] || { echo "no reports/$NAME and runs/$NAME under $W" >&2; exit 2; }
-find "$D" -maxdepth 1 -type f ! -name README.md -delete
 mkdir -p "$D/data"
+find "$D" -maxdepth 1 -type f ! -name README.md -delete
 for f in misbehavior_rates.csv misbehavior_rates.png misbehavior_reductions_ci.csv misbehavior_reduction_ci.png misbehavior_reduction_differences.csv \
          success_from_prefixes.csv success_from_prefixes.png silence.csv training_curves_recipes.png cost_totals.csv \
          cost_side_by_side.png scores.csv taxonomy_types.csv prefix_funnel.csv profiling_per_env.csv; do

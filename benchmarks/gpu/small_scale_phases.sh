@@ -27,33 +27,36 @@ export PYTHONUNBUFFERED=1
 W=${SMALL_WORK:-$HOME/small-work}
 export SMALL_NAME=${SMALL_NAME:-small}
 S=$W/runs/$SMALL_NAME
-if [ ! -d "$S" ] && [ "$SMALL_NAME" != small ]; then
-  T=$(mktemp -d) && tar xJf docs/small_scale/data/runs.tar.xz -C "$T" || exit 1
-  mkdir -p "$S" && for d in profiling taxonomy prefixes; do cp -a "$T/runs/small/$d" "$S/" || exit 1; done
-  cp "$T/runs/small/llm_calls.jsonl" "$S/" && rm -rf "$T"
-  python3 - "$S/llm_calls.jsonl" <<'PY' || exit 1
-import json, sys
-path = sys.argv[1]
-lines = open(path).read().splitlines(keepends=True)
-keep = [line for line in lines if line.strip() and json.loads(line).get("stage") in ("profiling", "taxonomy", "prefixes")]
-open(path, "w").writelines(keep)
-PY
-elif [ ! -d "$S" ]; then
-  mkdir -p "$W" && tar xJf docs/small_scale/data/runs.tar.xz -C "$W" || exit 1
-  rm -rf "$S"/recipes/*/training "$S"/recipes/*/.training.stage.lock "$S"/recipes/*/llm_calls.jsonl \
-     "$S"/recipes/*/device_time.jsonl "$S"/pass_at_k "$S"/.pass_at_k.stage.lock
+# The run is seeded in a folder of its own and moved into place last: a call cut off while seeding leaves
+# no half-made run for the next call to train on.
+if [ ! -d "$S" ]; then
+  T=$(mktemp -d -p "${TMPDIR:-/tmp}") || exit 1
+  trap 'rm -rf "$T"' EXIT
+  tar xJf docs/small_scale/data/runs.tar.xz -C "$T" || exit 1
+  if [ "$SMALL_NAME" != small ]; then  # stages 01-03 only; the base policy is evaluated afresh
+    mkdir -p "$T/new" && for d in profiling taxonomy prefixes; do cp -a "$T/runs/small/$d" "$T/new/" || exit 1; done
+    cp "$T/runs/small/llm_calls.jsonl" "$T/new/" || exit 1
+    KEEP=inputs
+  else
+    mv "$T/runs/small" "$T/new" && rm -rf "$T"/new/recipes/*/training "$T"/new/recipes/*/.training.stage.lock \
+      "$T"/new/recipes/*/llm_calls.jsonl "$T"/new/recipes/*/device_time.jsonl "$T/new/pass_at_k" \
+      "$T/new/.pass_at_k.stage.lock" || exit 1
+    KEEP=base
+  fi
   # the run's ledger keeps every earlier evaluation's calls: keep only those of what this run reuses (stages
-  # 01-03 and the base policy's continuations), so the costs count each call of this run once
-  python3 - "$S/llm_calls.jsonl" <<'PY' || exit 1
+  # 01-03, and in the bundled run's name the base policy's continuations), so the costs count each call once
+  python3 - "$T/new/llm_calls.jsonl" "$KEEP" <<'PY' || exit 1
 import json, sys
-path = sys.argv[1]
+path, keep = sys.argv[1], sys.argv[2]
 lines = open(path).read().splitlines(keepends=True)
 def kept(line):
     row = json.loads(line)
     return row.get("stage") in ("profiling", "taxonomy", "prefixes") or (
-        row.get("stage") == "misbehavior_rate" and "/checkpoints/" not in str(row.get("model")))
+        keep == "base" and row.get("stage") == "misbehavior_rate" and "/checkpoints/" not in str(row.get("model")))
 open(path, "w").writelines(line for line in lines if line.strip() and kept(line))
 PY
+  mkdir -p "$W/runs" && mv "$T/new" "$S" || exit 1
+  rm -rf "$T"; trap - EXIT
 fi
 END=$((SECONDS + CALL))
 LOG=${OUT:-$W}/log.txt

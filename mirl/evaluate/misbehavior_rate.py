@@ -292,9 +292,9 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
                            **({"wait": True} if st.meta.get("wait") else {})} for st in steps]}
 
     def has_rule(self, misbehavior: str) -> bool:
-        from mirl.roles.behavior_judge import rule_detector_of
+        from mirl.roles.behavior_judge import has_rule_detector
 
-        return rule_detector_of(self.misbehaviors()[misbehavior]) is not None
+        return has_rule_detector(self.misbehaviors()[misbehavior])
 
     def judge(self, traj, misbehavior) -> list[dict[str, Any]]:
         from mirl.llm.errors import BudgetExceeded, LLMError

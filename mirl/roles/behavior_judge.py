@@ -183,6 +183,13 @@ def rule_detector_of(misbehavior: ErrorType, mapping: Mapping[str, str] | None =
     return name or None
 
 
+def has_rule_detector(misbehavior: ErrorType, mapping: Mapping[str, str] | None = None) -> bool:
+    """Whether a misbehavior names a rule detector that exists (a provenance naming an unknown one has none)."""
+    from mirl.detectors.catalog import DETECTORS
+
+    return rule_detector_of(misbehavior, mapping) in DETECTORS
+
+
 class RuleBehaviorJudge:
     """Offline: the misbehavior's rule detector, run over the whole trajectory (its rules look back at
     earlier steps), says yes when it flags one of the first `m` policy steps after the prefix."""
@@ -212,7 +219,7 @@ def judge_for(misbehavior: ErrorType, client: Any = None, m: int = M, mapping: M
     detector; a misbehavior with neither is an error that says so."""
     if prefer not in ("llm", "rules"):
         raise ValueError(f"prefer must be 'llm' or 'rules', got {prefer!r}")
-    has_rule = rule_detector_of(misbehavior, mapping) is not None
+    has_rule = has_rule_detector(misbehavior, mapping)
     if client is not None and (prefer == "llm" or not has_rule):
         return LLMBehaviorJudge(client, m=m, examples=examples)
     if has_rule:

@@ -77,7 +77,7 @@ class GroupPlayer(Continuer):
     judges: Callable[[str], Any] | None = None  # misbehavior name -> behavior judge
     misbehaviors: dict[str, ErrorType] = field(default_factory=dict)
     rubric_reward: Callable[[Trajectory, str], Reward] | None = None  # (rollout, env) -> RaR+ reward
-    judge_scope: str = "prefix"  # "prefix": r_e judges the prefix's misbehavior; "taxonomy": every judgeable one
+    scope: tuple[str, ...] = ()  # `training.judge_scope: taxonomy`: the misbehaviors r_e judges besides the prefix's
     workers: int = 16
 
     def play(self, start: Start, draw: int, group_size: int, seed: int) -> Group:
@@ -119,14 +119,7 @@ class GroupPlayer(Continuer):
         name = start.prefix.misbehavior
         if self.judges is None or name not in self.misbehaviors:
             raise ValueError(f"no behavior judge for misbehavior {name!r}")
-        others = []
-        if self.judge_scope == "taxonomy":
-            for other, m in self.misbehaviors.items():
-                if other != name:
-                    try:
-                        others.append((self.judges(other), m))
-                    except ValueError:  # no judge for it here (a rules judge without its detector): not judged
-                        continue
+        others = [(self.judges(other), self.misbehaviors[other]) for other in self.scope if other != name]
         return mirl_reward(traj, traj.prefix_len, None, self.judges(name), self.misbehaviors[name], others)
 
 

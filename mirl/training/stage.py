@@ -106,6 +106,8 @@ class TrainingStage(EpisodeInputs, Stage):
         for k in ("steps", "workers", "budget_usd", "gpu_budget_hours", "keep_checkpoints", "select_top", "smoothing",
                   "device", "compile_learner", "validation_tasks", "validation_ids", "validation_seeds", "engine", "scale"):
             t.pop(k)
+        if t["judge_scope"] == "prefix":  # the only behaviour before the key existed: runs made then resume
+            t.pop("judge_scope")
         llm = self.llm_config()
         roles = {"policy": role_fingerprint(llm, "policy")}
         used = {"behavior_judge": t["start"] != "pivot" and t["reward"] == "mirl" and t["judge"] == "llm",
@@ -139,7 +141,7 @@ class TrainingStage(EpisodeInputs, Stage):
     def starts(self, misbehaviors) -> tuple[list[Start], dict[str, int]]:
         """The pool of starts and what was left out of it (and why), in the environments drawn
         (`training.environments`; the draw is written to training/environments.json)."""
-        from mirl.roles.behavior_judge import rule_detector_of
+        from mirl.roles.behavior_judge import has_rule_detector
         from mirl.training import environments
 
         t = self.params.training
@@ -171,7 +173,7 @@ class TrainingStage(EpisodeInputs, Stage):
                 why = "its prefix fills training.max_steps (no step left to the policy)"
             elif t.reward == "mirl" and p.misbehavior not in misbehaviors:
                 why = "misbehavior not in the taxonomy"
-            elif t.reward == "mirl" and t.judge == "rules" and rule_detector_of(misbehaviors[p.misbehavior]) is None:
+            elif t.reward == "mirl" and t.judge == "rules" and not has_rule_detector(misbehaviors[p.misbehavior]):
                 why = "no rule detector for its misbehavior (judge: rules)"
             if why:
                 skipped[why] = skipped.get(why, 0) + 1
@@ -224,7 +226,7 @@ class TrainingStage(EpisodeInputs, Stage):
             return PivotPlayer(self.trajectories(), client.generator("policy"), step_judge(client, t.pivot_judge),
                                workers=t.workers)
         rubric_reward = self.rubric_reward(client, envs or []) if t.reward == "rubric" else None
-        judges = None
+        judges, scope = None, ()
         if t.reward == "mirl":
             examples = None
             if t.judge == "llm":
@@ -238,11 +240,14 @@ class TrainingStage(EpisodeInputs, Stage):
                     cache[name] = judge_for(misbehaviors[name], client=client if t.judge == "llm" else None,
                                             m=t.judge_steps, examples=examples, prefer=t.judge)
                 return cache[name]
+
+            if t.judge_scope == "taxonomy":
+                scope = taxonomy_scope(misbehaviors, t.judge)
         return GroupPlayer(tasks=self.tasks(), trajectories=self.trajectories() if t.start == "prefix" else {},
                            sandbox=self.sandbox(), policy=client.model("policy"),
                            agent=with_limits(self.params.agent, t.max_steps), reward=t.reward, judges=judges,
                            misbehaviors=misbehaviors, rubric_reward=rubric_reward, restore=t.restore,
-                           judge_scope=t.judge_scope, workers=t.workers)
+                           scope=scope, workers=t.workers)
 
     def rubric_reward(self, client, envs: list[str]):
         """RaR+: each environment's rubric (written once, kept in rubrics.jsonl) and the reward of a rollout."""
@@ -473,6 +478,18 @@ def step_metrics(step: int, live: list[Group], tried: list[tuple[int, Group]], l
     for k, v in learn.items():
         row[k] = round(v, 6) if isinstance(v, float) else v
     return row
+
+
+def taxonomy_scope(misbehaviors: dict[str, Any], judge: str) -> tuple[str, ...]:
+    """The misbehaviors `r_e` judges under `training.judge_scope: taxonomy`: all of them for an LLM judge,
+    those with a rule detector for the rules judge (the rest are logged as left out, once)."""
+    from mirl.roles.behavior_judge import has_rule_detector
+
+    scope = tuple(n for n, m in misbehaviors.items() if judge == "llm" or has_rule_detector(m))
+    left = sorted(set(misbehaviors) - set(scope))
+    log.info("training: r_e judges %d misbehavior(s) of the taxonomy%s", len(scope),
+             f"; without a rule detector, left out: {', '.join(left)}" if left else "")
+    return scope
 
 
 # --- the loop -----------------------------------------------------------------------------------

@@ -93,28 +93,56 @@ def test_rewards_are_the_and_of_outcome_and_judge_and_infrastructure_is_invalid(
         player(judge=Judge(False)).score(traj(), Start(env="t"))
 
 
-def test_a_taxonomy_wide_judge_scope_asks_every_misbehavior_that_has_a_judge():
-    """`training.judge_scope: taxonomy`: the player asks the prefix's judge and every other misbehavior's
-    (one without a judge here is left out, not an error); `prefix` (the paper's) asks only the prefix's."""
+def test_a_taxonomy_wide_judge_scope_asks_every_misbehavior_in_scope():
+    """`training.judge_scope: taxonomy`: the player asks the prefix's judge and those of the other
+    misbehaviors in its scope; with no scope (the paper's `prefix`) only the prefix's."""
     from mirl.records.taxonomy import ErrorType
 
     mis = {name: ErrorType(name, "d", provenance=f"rules: {name}") for name in ("own", "other", "unjudged")}
     asked = []
 
     def judges(name):
-        if name == "unjudged":
-            raise ValueError("misbehavior 'unjudged' has no rule detector and no LLM client was given")
         return SaysFor(name, asked, yes=name == "other")
 
     start = Start(env="t", prefix=prefix("own"))
     wide = GroupPlayer(tasks={}, trajectories={}, sandbox=None, policy=None, agent=None, reward="mirl",
-                       judges=judges, misbehaviors=mis, judge_scope="taxonomy")
+                       judges=judges, misbehaviors=mis, scope=("own", "other"))
     r = wide.score(traj(), start)
     assert asked == ["own", "other"] and (r.r_e, r.reward, r.seen) == (False, 0.0, ("other",))
     asked.clear()
     own = GroupPlayer(tasks={}, trajectories={}, sandbox=None, policy=None, agent=None, reward="mirl",
                       judges=judges, misbehaviors=mis)
     assert own.score(traj(), start).reward == 1.0 and asked == ["own"]
+
+
+def test_the_taxonomy_scope_of_the_rules_judge_is_the_misbehaviors_with_a_real_detector(caplog):
+    """A misbehavior without a rule detector, or naming one that does not exist, is left out of the rules
+    judge's scope (and said so), never a crash while scoring; an LLM judge judges them all."""
+    import logging
+
+    from mirl.records.taxonomy import ErrorType
+    from mirl.training.stage import taxonomy_scope
+
+    mis = {"retry": ErrorType("retry", "d", provenance="rules: rules:retry-unchanged-after-failure"),
+           "made up": ErrorType("made up", "d", provenance="rules: no-such-detector"),
+           "annotated": ErrorType("annotated", "d", provenance="llm: gemini")}
+    with caplog.at_level(logging.INFO, logger="mirl.training.stage"):
+        assert taxonomy_scope(mis, "rules") == ("retry",)
+    assert "left out: annotated, made up" in caplog.text
+    assert taxonomy_scope(mis, "llm") == ("retry", "made up", "annotated")
+
+
+def test_the_papers_judge_scope_keeps_the_training_fingerprint_of_runs_made_before_the_key(tmp_path):
+    from pathlib import Path
+
+    from mirl.params import load
+    from mirl.training.stage import TrainingStage
+
+    demo = Path(__file__).resolve().parents[2] / "params" / "train" / "demo.yaml"
+    paper = TrainingStage(load(demo), tmp_path).fingerprint()["training"]
+    wide = TrainingStage(load(demo, {"training.judge_scope": "taxonomy"}), tmp_path).fingerprint()["training"]
+    assert "judge_scope" not in paper and wide["judge_scope"] == "taxonomy"
+    assert {k: v for k, v in wide.items() if k != "judge_scope"} == paper
 
 
 class SaysFor:
