@@ -77,6 +77,9 @@ class TrainingStage(EpisodeInputs, Stage):
         problems = []
         if t.reward == "mirl" and t.start in ("env", "random"):
             problems.append(f"reward mirl needs start prefix (a misbehavior to avoid), got start {t.start!r}")
+        if t.judge_scope != "prefix" and t.reward != "mirl":
+            problems.append(f"judge_scope {t.judge_scope!r} scopes the behavior judge of reward mirl; reward {t.reward!r} "
+                            "has none (leave judge_scope at prefix)")
         if t.kl_coef != 0:
             problems.append("kl_coef: only 0 is supported (the paper trains without a KL term)")
         if t.max_tries < t.batch_size:

@@ -68,6 +68,8 @@ def test_inconsistent_training_params_are_refused_by_name(tmp_path):
         TrainingStage(load(None, {"training.start": "random"}), tmp_path)
     with pytest.raises(StageError, match="max_tries"):
         TrainingStage(load(None, {"training.max_tries": 2}), tmp_path)
+    with pytest.raises(StageError, match="judge_scope 'taxonomy' scopes the behavior judge of reward mirl"):
+        TrainingStage(load(None, {"training.reward": "outcome", "training.judge_scope": "taxonomy"}), tmp_path)
     with pytest.raises(ParamsError, match="training.startt|startt"):
         load(None, {"training.startt": "random"})
 
