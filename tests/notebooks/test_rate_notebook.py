@@ -85,6 +85,9 @@ def test_notebook_05_rates_base_and_checkpoint_on_held_out_prefixes(tmp_path, bw
                 by_prefix.setdefault(r["prefix_id"], []).append(ran_nothing(r))
         assert got == pytest.approx(sum(sum(v) / len(v) for v in by_prefix.values()) / len(by_prefix))
     assert set(silent) == {r["policy"] for r in records}
+    acting = list(csv.DictReader((report / "acting.csv").open()))  # the rates read around silence, both ways
+    assert {"rules when acting", "rules silence counted"} <= {r["judge"] for r in acting}
+    assert {r["policy"] for r in acting} == set(silent)
     base_rates = [float(r["rate"]) for (policy, _), r in rates.items() if policy == "base"]
     assert (report / "misbehavior_rates_paper.png").stat().st_size > 5_000  # beside the paper's Figure 7
     if any(x > 0 for x in base_rates):  # a reduction exists to draw beside the paper's range
