@@ -39,6 +39,14 @@ Finalize, under `runs/<run>/misbehavior_rate/`:
     acting.csv           the rates read both ways around that: per judge `<judge> when acting` (among the
                          continuations that ran a command) and `<judge> silence counted` (a silent one counted
                          as not avoiding), per (policy, misbehavior and "all"), with the same intervals
+    actions.csv          per policy, pooled over its continuations' steps: how often it ran a command, how
+                         often that command exited 0, how many different commands it ran, how often it was
+                         silent. A rate can fall by a better next step, by silence, or by running something
+                         else that fails; with `success.csv` this tells them apart (a run of 2026-12-06 at 24
+                         training steps: one recipe cut by silence, 93% of its continuations; the other by
+                         other commands, 27% of them exiting 0 against base's 58%, success unchanged). A
+                         policy whose rate is lower than the first policy's while its rate with silence
+                         counted is not is named in the summary's `cut_by_silence` and in a warning
 """
 
 from __future__ import annotations
@@ -74,6 +82,7 @@ CONTINUATIONS, JUDGMENTS, RATES, AGREEMENT = "continuations.jsonl", "judgments.c
 REDUCTIONS, DIFFERENCES, SUCCESS = "reductions.csv", "differences.csv", "success.csv"
 SILENCE = "silence.csv"
 ACTING = "acting.csv"
+ACTIONS = "actions.csv"
 JUDGMENT_COLUMNS = ["policy", "model", "misbehavior", "prefix_id", "env", "sample", "judge", "repeated"]
 OUTPUT_CHARS = 2000  # of each continuation step's output kept in the record
 
@@ -83,7 +92,7 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
     records = CONTINUATIONS
     key_fields = ("policy", "prefix_id", "sample")
     reads = ("profiling", "taxonomy", "prefixes")
-    derived = (JUDGMENTS, RATES, AGREEMENT, REDUCTIONS, DIFFERENCES, SUCCESS, SILENCE, ACTING)
+    derived = (JUDGMENTS, RATES, AGREEMENT, REDUCTIONS, DIFFERENCES, SUCCESS, SILENCE, ACTING, ACTIONS)
 
     def __init__(self, params: Params, run_dir, sandbox=None, tasks=None):
         super().__init__(params, run_dir)
@@ -345,8 +354,14 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
             atomic_write(self.out / SUCCESS, success_table(current, s.n_boot, s.seed).to_csv(index=False))
         silence = silence_table(current, s.n_boot, s.seed)
         atomic_write(self.out / SILENCE, silence.to_csv(index=False))
-        atomic_write(self.out / ACTING, acting_table(current, s.n_boot, s.seed).to_csv(index=False))
+        acting = acting_table(current, s.n_boot, s.seed)
+        atomic_write(self.out / ACTING, acting.to_csv(index=False))
+        atomic_write(self.out / ACTIONS, action_table(current).to_csv(index=False))
         overall = rates[rates["misbehavior"] == "all"]
+        silent_cuts = cut_by_silence(rates, acting, reference)
+        for policy, judge in silent_cuts:
+            log.warning("policy %s: its %s rate is below %s's, but not with a silent continuation counted as not "
+                        "avoiding: the cut is silence (silence.csv, acting.csv)", policy, judge, reference)
         return {"policies": self.policies(),
                 "labels": {p: short_name(p, m) for p, m in self.policies().items()},
                 "prefixes": len({r["prefix_id"] for r in current}), "continuations": len(current),
@@ -354,7 +369,8 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
                 "rate": {f"{r.policy} | {r.judge}": None if pd.isna(r.rate) else round(float(r.rate), 4)
                          for r in overall.itertuples()},
                 "silent": {r.policy: None if pd.isna(r.silent) else round(float(r.silent), 4)
-                           for r in silence[silence["misbehavior"] == "all"].itertuples()}}
+                           for r in silence[silence["misbehavior"] == "all"].itertuples()},
+                "cut_by_silence": [f"{p} | {j}" for p, j in silent_cuts]}
 
 
 def interleaved(prefixes: list[Prefix]) -> list[Prefix]:
@@ -433,6 +449,51 @@ def acting_table(records: list[dict[str, Any]], n_boot: int = 2000, seed: int = 
     if not rows:
         return pd.DataFrame(columns=COLUMNS)
     return misbehavior_rates(rows, n_boot=n_boot, seed=seed, overall=True)
+
+
+ACTION_COLUMNS = ["policy", "continuations", "silent_share", "steps", "ran_steps", "ran_share", "exit_zero_share",
+                  "distinct_commands", "distinct_share"]
+
+
+def action_table(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Per policy, pooled over its valid continuations (no interval: a description, not an estimate):
+    the share of continuations that ran nothing (`ran_nothing`), the policy's steps, those that ran a
+    command and their share, the share of those whose command exited 0 (of those with an exit code), and
+    the number of different commands (and per command run)."""
+    by: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        if r.get("valid", True):
+            by[r["policy"]].append(r)
+    rows = []
+    for policy, recs in by.items():
+        steps = [s for r in recs for s in r.get("steps") or [] if s.get("source", "policy") == "policy"]
+        ran = [s for s in steps if (s.get("command") or "").strip()]
+        coded = [s for s in ran if s.get("exit_code") is not None]
+        silent = [x for x in (ran_nothing(r) for r in recs) if x is not None]
+        distinct = len({s["command"].strip() for s in ran})
+        share = lambda a, b: round(a / b, 4) if b else None  # noqa: E731
+        rows.append({"policy": policy, "continuations": len(recs), "silent_share": share(sum(silent), len(silent)),
+                     "steps": len(steps), "ran_steps": len(ran), "ran_share": share(len(ran), len(steps)),
+                     "exit_zero_share": share(sum(s["exit_code"] == 0 for s in coded), len(coded)),
+                     "distinct_commands": distinct, "distinct_share": share(distinct, len(ran))})
+    return pd.DataFrame(rows, columns=ACTION_COLUMNS)
+
+
+def cut_by_silence(rates: pd.DataFrame, acting: pd.DataFrame, reference: str) -> list[tuple[str, str]]:
+    """(policy, judge) pairs whose mean rate over the misbehaviors is below the reference policy's while
+    the same judge's rate with a silent continuation counted as not avoiding (`acting_table`) is not."""
+    def overall(frame: pd.DataFrame) -> dict[tuple[str, str], float]:
+        rows = frame[frame["misbehavior"] == "all"]
+        return {(r.policy, r.judge): float(r.rate) for r in rows.itertuples() if not pd.isna(r.rate)}
+
+    plain, counted = overall(rates), overall(acting)
+    out = []
+    for (policy, judge), rate in plain.items():
+        base, base_counted = plain.get((reference, judge)), counted.get((reference, f"{judge} silence counted"))
+        mine = counted.get((policy, f"{judge} silence counted"))
+        if policy != reference and None not in (base, base_counted, mine) and rate < base and mine >= base_counted:
+            out.append((policy, judge))
+    return out
 
 
 def rate_tables(rows: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -106,6 +106,11 @@ def test_rates_and_kappa_per_policy_and_judge(tmp_path, models):
     acting = {(r["policy"], r["judge"]) for r in rows(out / "acting.csv") if r["misbehavior"] == "all"}
     assert acting == {(p, f"{j} {how}") for p in ("scripted/cmd", "scripted/mixed")
                       for j in ("rules", "llm:scripted/judge") for how in ("when acting", "silence counted")}
+    # what each ran, pooled: mixed silent in its 4 alpha continuations of 8, cmd a command at every step
+    actions = {r["policy"]: r for r in rows(out / "actions.csv")}
+    assert float(actions["scripted/mixed"]["silent_share"]) == 0.5 and float(actions["scripted/cmd"]["ran_share"]) == 1.0
+    assert int(actions["scripted/cmd"]["steps"]) == 4 * 2  # 4 continuations x 2 steps
+    assert summary["cut_by_silence"] == []  # mixed's rates are above cmd's: no cut to explain
 
 
 def test_resume_plays_only_new_items_and_other_sampling_is_refused(tmp_path, models):
@@ -296,6 +301,50 @@ def test_the_rates_read_around_silence_exclude_it_or_count_it_as_not_avoiding():
     assert acting["rate"] == (1 / 2 + 0 / 1) / 2 and (acting["n_samples"], acting["n_failed"]) == (3, 4)
     assert counted["rate"] == (2 / 3 + 1 / 2) / 2 and (counted["n_samples"], counted["n_failed"]) == (5, 2)
     assert t.loc[("rules when acting", "all"), "rate"] == acting["rate"]
+
+
+def test_what_each_policy_ran_is_counted_over_its_valid_continuations_steps():
+    """`actions.csv`: silence, commands run, their exit 0 share and how many differ, per policy; the
+    prefix's own steps, a command without an exit code and an invalid continuation are left out where named."""
+    import pandas as pd
+
+    from mirl.evaluate.misbehavior_rate import action_table
+
+    step = lambda cmd, code=None, source="policy": {"source": source, "command": cmd, "exit_code": code}  # noqa: E731
+    records = [
+        {"policy": "p", "valid": True, "steps": [step("ls", 99, "prefix"), step("ls", 0), step("ls", 1)]},
+        {"policy": "p", "valid": True, "steps": [step(None), step(" cat x ", None)]},
+        {"policy": "p", "valid": True, "steps": [step(None), step("  ")]},
+        {"policy": "p", "valid": False, "steps": [step("rm -rf /", 0)]},
+        {"policy": "q", "valid": True, "steps": [step(None)]},
+    ]
+    t = action_table(records).set_index("policy")
+    p, q = t.loc["p"], t.loc["q"]
+    assert (p["continuations"], p["steps"], p["ran_steps"]) == (3, 6, 3)
+    assert p["silent_share"] == round(1 / 3, 4) and p["ran_share"] == 0.5
+    assert p["exit_zero_share"] == 0.5  # of the two commands with an exit code; the prefix's is not the policy's
+    assert p["distinct_commands"] == 2 and p["distinct_share"] == round(2 / 3, 4)
+    assert q["silent_share"] == 1.0 and q["ran_steps"] == 0 and pd.isna(q["exit_zero_share"])
+
+
+def test_a_cut_is_named_silence_when_counting_silence_takes_it_away():
+    import pandas as pd
+
+    from mirl.evaluate.misbehavior_rate import cut_by_silence
+
+    def frame(rows):
+        return pd.DataFrame([{"policy": p, "judge": j, "misbehavior": m, "rate": r} for p, j, m, r in rows])
+
+    rates = frame([("base", "rules", "all", 0.6), ("quiet", "rules", "all", 0.3), ("better", "rules", "all", 0.3),
+                   ("worse", "rules", "all", 0.7), ("quiet", "rules", "m", 0.1)])
+    acting = frame([("base", "rules silence counted", "all", 0.8), ("quiet", "rules silence counted", "all", 0.9),
+                    ("better", "rules silence counted", "all", 0.5), ("worse", "rules silence counted", "all", 0.95)])
+    assert cut_by_silence(rates, acting, "base") == [("quiet", "rules")]
+    # no lower with silence counted (equal) is still a cut by silence; just below it is not
+    acting.loc[acting["policy"] == "quiet", "rate"] = 0.8
+    assert cut_by_silence(rates, acting, "base") == [("quiet", "rules")]
+    acting.loc[acting["policy"] == "quiet", "rate"] = 0.79
+    assert cut_by_silence(rates, acting, "base") == []
 
 
 def test_a_further_judge_takes_its_own_settings_over_the_behavior_judges(tmp_path):

@@ -88,6 +88,8 @@ def test_notebook_05_rates_base_and_checkpoint_on_held_out_prefixes(tmp_path, bw
     acting = list(csv.DictReader((report / "acting.csv").open()))  # the rates read around silence, both ways
     assert {"rules when acting", "rules silence counted"} <= {r["judge"] for r in acting}
     assert {r["policy"] for r in acting} == set(silent)
+    actions = {r["policy"]: r for r in csv.DictReader((report / "actions.csv").open())}  # what each policy ran
+    assert set(actions) == set(silent) and all(int(r["steps"]) > 0 for r in actions.values())
     base_rates = [float(r["rate"]) for (policy, _), r in rates.items() if policy == "base"]
     assert (report / "misbehavior_rates_paper.png").stat().st_size > 5_000  # beside the paper's Figure 7
     if any(x > 0 for x in base_rates):  # a reduction exists to draw beside the paper's range
