@@ -10,7 +10,7 @@ import pandas as pd
 
 PANELS = [
     ("reward", ["reward", "r_o", "r_e"], "share of valid rollouts"),
-    ("groups", ["dead_share", "masked_share"], "share"),
+    ("groups", ["dead_share", "masked_share", "silent_share"], "share"),
     ("learner", ["loss", "entropy"], ""),
     ("mismatch", ["logprob_abs_diff"], "mean |log pi - log mu|"),
     ("time", ["collect_s", "learner_s", "sync_s"], "seconds per step"),
@@ -44,12 +44,14 @@ def curves(metrics: pd.DataFrame | list[dict[str, Any]], title: str = ""):
 
 
 RECIPE_PANELS = [("reward", "reward (tests pass and, for mirl, avoided)"), ("r_o", "r_o: tests pass"),
-                 ("r_e", "r_e: misbehavior avoided"), ("dead_share", "dead groups (share of tried)")]
+                 ("r_e", "r_e: misbehavior avoided"), ("dead_share", "dead groups (share of tried)"),
+                 ("silent_share", "silent rollouts (ran no command)")]
 
 
 def recipe_curves(run_dir):
     """The training recipes of a run side by side (`runs/<run>/recipes/*/training/metrics.jsonl`): reward,
-    r_o, r_e and the dead share per step, one line per recipe. A recipe without a step yet is named in
+    r_o, r_e, the dead share and the share of rollouts that ran no command (a reward a judge pays for
+    silence shows there) per step, one line per recipe. A recipe without a step yet is named in
     the legend as such; a run without recipes says so."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
@@ -70,10 +72,11 @@ def recipe_curves(run_dir):
     fig, axes = plt.subplots(1, len(RECIPE_PANELS), figsize=(4 * len(RECIPE_PANELS), 3.4), squeeze=False)
     for ax, (col, title) in zip(axes[0], RECIPE_PANELS):
         for k, (name, df) in enumerate(frames.items()):
+            label = name if not df.empty else f"{name} (no step yet)"
             if not df.empty and col in df and df[col].notna().any():  # hollow markers: equal values stay visible
-                ax.plot(df["step"], df[col], marker=markers[k % len(markers)], ms=7 - k % 4, mfc="none", label=name)
-            else:
-                ax.plot([], [], label=f"{name} (no step yet)")
+                ax.plot(df["step"], df[col], marker=markers[k % len(markers)], ms=7 - k % 4, mfc="none", label=label)
+            else:  # no step yet, or a run from before the column: the legend keeps the recipe's place
+                ax.plot([], [], label=label)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         ax.set_xlim(0.5, last + 0.5)
@@ -97,7 +100,7 @@ def _missing(df: pd.DataFrame, panel: str) -> str:
 def table(metrics: pd.DataFrame) -> pd.DataFrame:
     """The columns a person reads first, one row per step."""
     cols = ["step", "reward", "r_o", "r_e", "groups_live", "groups_surplus", "groups_tried", "dead_share", "invalid", "loss",
-            "masked_share", "logprob_abs_diff", "entropy", "loss_tokens", "collect_s", "learner_s", "judge_usd"]
+            "silent_share", "exit_zero_share", "masked_share", "logprob_abs_diff", "entropy", "loss_tokens", "collect_s", "learner_s", "judge_usd"]
     return metrics[[c for c in cols if c in metrics]]
 
 

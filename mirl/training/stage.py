@@ -462,6 +462,12 @@ def step_metrics(step: int, live: list[Group], tried: list[tuple[int, Group]], l
         return round(sum(f(r) for r in rs) / len(rs), 4) if rs else None
 
     traj_steps = [len(r.trajectory.steps) - r.trajectory.prefix_len for r in all_rollouts]
+    # what the policy did after the prefix: a reward can be earned by falling silent or running anything
+    # else (stage 05's silence.csv and actions.csv read the same at evaluation)
+    played = [[x for x in r.trajectory.steps[r.trajectory.prefix_len:] if x.source == "policy"] for r in valid]
+    ran = [x for steps in played for x in steps if (x.command or "").strip()]
+    coded = [x.exit_code == 0 for x in ran if x.exit_code is not None]
+    silent = [not any((x.command or "").strip() for x in steps) for steps in played if steps]
     # where the episodes' time went, summed over episodes (they run concurrently: these add up to
     # more than the step's wall time)
     spent = {f"episodes_{k}": round(sum(float((r.trajectory.timings or {}).get(k, 0.0)) for r in all_rollouts), 4)
@@ -476,6 +482,8 @@ def step_metrics(step: int, live: list[Group], tried: list[tuple[int, Group]], l
            "dead_share": round(1 - found / len(tried), 4) if tried else None,
            "rollouts": len(all_rollouts), "invalid": len(all_rollouts) - len(valid),
            "policy_steps_mean": round(sum(traj_steps) / len(traj_steps), 3) if traj_steps else None,
+           "silent_share": round(sum(silent) / len(silent), 4) if silent else None,
+           "exit_zero_share": round(sum(coded) / len(coded), 4) if coded else None,
            "policy_input_tokens": policy_in, "policy_output_tokens": policy_out,
            "judge_usd": round(judge_usd, 6), **{k: round(v, 4) for k, v in seconds.items()}, **spent}
     for k, v in learn.items():

@@ -54,5 +54,11 @@ def test_recipe_curves_draw_each_recipe_and_name_one_without_a_step(tmp_path):
     assert drawn["outcome-prefix (no step yet)"] == []
     assert [t.get_text() for t in fig.axes[-1].get_legend().get_texts()] == ["mirl", "outcome-prefix (no step yet)", "tmax"]
     assert_readable(fig)
+    # the share of rollouts that ran no command, where the metrics have it (runs from before it: no line)
+    metrics = tmp_path / "recipes" / "mirl" / "training" / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps({**_row(s, 1), "silent_share": s / 4}) + "\n" for s in (1, 2)))
+    silent = _panel(recipe_curves(tmp_path), "silent rollouts (ran no command)")
+    assert {line.get_label(): list(line.get_ydata()) for line in silent.lines} == {
+        "mirl": [0.25, 0.5], "outcome-prefix (no step yet)": [], "tmax": []}
     empty = recipe_curves(tmp_path / "none")
     assert len(empty.axes) == 1 and "no training recipes" in empty.axes[0].texts[0].get_text()

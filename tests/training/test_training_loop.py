@@ -200,6 +200,23 @@ def test_a_low_live_rate_draws_a_large_wave_and_surplus_live_groups_are_not_trai
     assert not any(id(r) in per for r in tried[3][1].rollouts)
 
 
+def test_a_step_counts_the_rollouts_that_ran_no_command_and_the_commands_that_exited_zero():
+    """`silent_share` and `exit_zero_share` read only the policy's steps after the prefix, of valid rollouts."""
+    def played(*steps, valid=True):
+        r = rollout(1.0, valid)
+        r.trajectory.steps[1:] = [Step(reasoning="", command=c, exit_code=code) for c, code in steps]
+        return r
+
+    rollouts = (played((None, None), (" ", None)),        # silent: the prefix's `ls` is not the policy's
+                played(("make", 0), ("make test", 2)),
+                played((None, None), ("ls", None)),       # ran one, with no exit code (timed out, say)
+                played(("rm -rf /", 0), valid=False))      # invalid: left out
+    g = Group(prefix_id="s", rewards=(1, 1, 1, 1), valid=(True, True, True, False), rollouts=rollouts)
+    row = step_metrics(1, [], [(0, g)], {}, {}, 0.0)
+    assert row["silent_share"] == round(1 / 3, 4) and row["exit_zero_share"] == 0.5
+    assert step_metrics(1, [], [], {}, {}, 0.0)["silent_share"] is None
+
+
 def test_the_cap_on_tries_ends_a_step_short():
     t = TrainingParams(batch_size=2, group_size=2, max_tries=3)
     live, tried, draws = collect(FakePlayer({d: [0, 0] for d in range(10)}), Starts([Start(env="e")], 0), 5, t)
