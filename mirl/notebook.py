@@ -236,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sync", nargs="+", metavar="NOTEBOOK", required=True)
     args = parser.parse_args(argv)
     for path in args.sync:
+        if not Path(path).is_file():
+            parser.error(f"{path}: no such notebook")
         print(f"{path}: {'rewritten' if sync_parameters_cell(Path(path)) else 'up to date'}")
     return 0
 

@@ -126,6 +126,11 @@ def test_sync_rewrites_a_stale_parameters_cell(tmp_path):
     assert sync_parameters_cell(stale) is True
     assert parameters_cell(stale) == parameters_source("profiling")
     assert sync_parameters_cell(stale) is False
+    from mirl.notebook import main
+
+    with pytest.raises(SystemExit) as e:  # a misspelt notebook is named, not a traceback
+        main(["--sync", str(tmp_path / "03_prefixes.ipynb")])
+    assert e.value.code == 2
 
 
 def test_notebook_params_rebuild_the_same_typed_object():

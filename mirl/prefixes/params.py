@@ -20,4 +20,8 @@ class PrefixParams:
         "help": "which check a prefix must pass to be a training start (paper: exact rerun)"})
     snapshot: bool = field(default=True, metadata={
         "help": "also save the sandbox state after each reproduced prefix and check that restoring it reproduces the next output"})
+    verify: bool = field(default=False, metadata={
+        "help": "also run the task's tests at each reproduced prefix's state: whether they pass before the policy acts "
+                "(where they do, r_o from that start is 1 unless the policy breaks the state, so a group's reward "
+                "is r_e alone; not the paper's, a diagnostic)"})
     workers: int = field(default=4, metadata={"min": 1, "help": "prefixes checked in parallel"})

@@ -162,7 +162,8 @@ class PrefixStage(EpisodeInputs, Stage):
     def fingerprint(self) -> dict[str, Any]:
         p = self.params.prefixes
         return {"prefixes": {"per_misbehavior": p.per_misbehavior, "heldout": p.heldout_per_misbehavior,
-                             "seed": p.seed, "taxonomy_version": self.taxonomy_version(), "snapshot": p.snapshot},
+                             "seed": p.seed, "taxonomy_version": self.taxonomy_version(), "snapshot": p.snapshot,
+                             **({"verify": True} if p.verify else {})},
                 "sandbox": {"backend": self.params.sandbox.backend}, "agent": {"timeout": self.params.agent.command_timeout_s}}
 
     def sampled(self) -> list[Prefix]:
@@ -227,6 +228,20 @@ class PrefixStage(EpisodeInputs, Stage):
                 nxt = traj.steps[prefix.steps] if prefix.steps < len(traj.steps) else None
                 after = nxt if nxt is not None and nxt.command is not None and not nxt.timed_out else None
                 self.snapshot(prefix, session, task, steps, after)
+            if self.params.prefixes.verify and report.normalized:  # after the snapshot: the tests may write files
+                self.verify(prefix, session)
+
+    def verify(self, prefix: Prefix, session) -> None:
+        """Whether the task's tests pass at the prefix's state (a failure to run them is recorded, not kept)."""
+        try:
+            result = session.verify()
+        except Exception as e:  # noqa: BLE001 - the rerun verdicts stand; only the tests could not run
+            prefix.restore["verify_error"] = f"{type(e).__name__}: {e}"
+            return
+        prefix.passes = result.error is None and result.reward >= 1.0
+        prefix.restore["verify_s"] = round(result.duration_s, 4)
+        if result.error:
+            prefix.restore["verify_error"] = result.error
 
     def snapshot(self, prefix: Prefix, session, task, steps, after) -> None:
         """Save the state, restore it in a fresh sandbox, and check it there.
@@ -293,7 +308,21 @@ class PrefixStage(EpisodeInputs, Stage):
         atomic_write_jsonl(self.out / HELDOUT, [x.to_dict() for x in prefixes if x.split == "heldout" and x.kept(keep)])
         out = funnel(prefixes, keep)
         out["heldout_status"] = heldout_status(self.sampled(), checked, self.params.prefixes.heldout_per_misbehavior, keep)
+        if self.params.prefixes.verify:
+            out["passing"] = passing(prefixes, keep)
         return out
+
+
+def passing(prefixes: list[Prefix], keep: str) -> dict[str, dict[str, dict[str, int]]]:
+    """Per split and misbehavior, of the kept prefixes whose tests ran (`prefixes.verify`), how many pass at
+    the prefix's state: the starts where r_o does not depend on what the policy does next unless it breaks it."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for x in prefixes:
+        if x.kept(keep) and x.passes is not None:
+            n = out.setdefault(x.split, {}).setdefault(x.misbehavior, {"passing": 0, "verified": 0})
+            n["verified"] += 1
+            n["passing"] += bool(x.passes)
+    return out
 
 
 def funnel(prefixes: list[Prefix], keep: str) -> dict[str, Any]:

@@ -29,6 +29,7 @@ class Prefix:
     divergence: dict[str, Any] | None = None  # first step that did not reproduce: step, kind, diff
     restore: dict[str, Any] = field(default_factory=dict)  # rerun_s, snapshot handle and restore_s, ...
     error: str | None = None  # the check itself failed (sandbox could not start, ...)
+    passes: bool | None = None  # with prefixes.verify: the task's tests pass at the prefix's state (None: not run)
     schema: int = PREFIX_SCHEMA
 
     @property

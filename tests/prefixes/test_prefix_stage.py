@@ -109,6 +109,27 @@ def test_rerun_check_modes_on_a_real_sandbox(tmp_path, bwrap, task_factory):
     assert [p["env"] for p in train] == ["deterministic"]  # keep = exact
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_verify_runs_the_tests_at_each_reproduced_prefix_and_counts_those_that_pass(tmp_path, bwrap, task_factory):
+    """With `prefixes.verify`, a prefix whose state already passes the tests is marked so (r_o from it is 1
+    whatever the policy does that keeps the state); one that diverged is not tested; without it, none is."""
+    passes_if_done = ("#!/bin/bash\nif [ -f /app/done.txt ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n")
+    scenarios = {"done": ["echo ok > /app/done.txt", "cat /app/done.txt"], "not-done": ["echo hello"],
+                 "diverged": ["head -c 12 /dev/urandom | base64 > /app/done.txt", "cat /app/done.txt"]}
+    run = tmp_path / "run"
+    tasks = recorded_run(run, bwrap, lambda name: task_factory(name, test_sh=passes_if_done), scenarios, misbehavior="m")
+    params = make(prefixes={"per_misbehavior": 3, "heldout_per_misbehavior": 0, "snapshot": False, "verify": True})
+    summary = run_prefixes(params, run, sandbox=bwrap, tasks=list(tasks.values()), progress=False)
+    got = {p.env: p for p in load_prefixes(run)}
+    assert got["done"].passes is True and got["not-done"].passes is False and got["diverged"].passes is None
+    assert got["done"].restore["verify_s"] > 0
+    assert summary["passing"] == {"train": {"m": {"passing": 1, "verified": 2}}}
+    off = make(prefixes={"per_misbehavior": 3, "heldout_per_misbehavior": 0, "snapshot": False})
+    summary = run_prefixes(off, run, sandbox=bwrap, tasks=list(tasks.values()), progress=False, force=True)
+    assert all(p.passes is None for p in load_prefixes(run)) and "passing" not in summary
+
+
 HELD = {f"stable-{i}": ["echo hello", f"printf '{i}\\n' > f.txt", "cat f.txt"] for i in range(2)}
 HELD |= {f"random-{i}": ["head -c 12 /dev/urandom | base64 > r.txt", "cat r.txt"] for i in range(3)}
 
