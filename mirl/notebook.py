@@ -110,8 +110,8 @@ def parameters_cell(path: Path) -> str:
 
 def sync_parameters_cell(path: Path) -> bool:
     """Rewrite a notebook's parameters cell from the params classes; True when it changed."""
+    source = parameters_source(notebook_meta(path)["stage"])  # a file that is no stage notebook is named here
     nb = json.loads(Path(path).read_text())
-    source = parameters_source(notebook_meta(path)["stage"])
     for cell in nb["cells"]:
         if "parameters" in (cell.get("metadata", {}).get("tags") or []):
             if "".join(cell["source"]) == source:
@@ -235,10 +235,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mirl.notebook")
     parser.add_argument("--sync", nargs="+", metavar="NOTEBOOK", required=True)
     args = parser.parse_args(argv)
+    missing = [p for p in args.sync if not Path(p).is_file()]
+    if missing:  # before any is rewritten
+        parser.error(f"no such notebook: {', '.join(missing)}")
     for path in args.sync:
-        if not Path(path).is_file():
-            parser.error(f"{path}: no such notebook")
-        print(f"{path}: {'rewritten' if sync_parameters_cell(Path(path)) else 'up to date'}")
+        try:
+            changed = sync_parameters_cell(Path(path))
+        except ValueError as e:  # ParamsError: not JSON, no stage in its metadata, no parameters cell
+            parser.error(str(e))
+        print(f"{path}: {'rewritten' if changed else 'up to date'}")
     return 0
 
 

@@ -128,9 +128,14 @@ def test_sync_rewrites_a_stale_parameters_cell(tmp_path):
     assert sync_parameters_cell(stale) is False
     from mirl.notebook import main
 
-    with pytest.raises(SystemExit) as e:  # a misspelt notebook is named, not a traceback
-        main(["--sync", str(tmp_path / "03_prefixes.ipynb")])
-    assert e.value.code == 2
+    (tmp_path / "notes.ipynb").write_text("not json")
+    for bad in ([str(stale), str(tmp_path / "03_prefixes.ipynb")], [str(tmp_path / "notes.ipynb")]):
+        cell["source"] = ["seeds = 2\n"]
+        stale.write_text(json.dumps(nb))
+        with pytest.raises(SystemExit) as e:  # a misspelt or foreign notebook is named, not a traceback
+            main(["--sync", *bad])
+        assert e.value.code == 2
+        assert parameters_cell(stale) == "seeds = 2\n"  # and nothing was rewritten before the error
 
 
 def test_notebook_params_rebuild_the_same_typed_object():

@@ -457,9 +457,10 @@ ACTION_COLUMNS = ["policy", "continuations", "silent_share", "steps", "ran_steps
 
 def action_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     """Per policy, pooled over its valid continuations (no interval: a description, not an estimate):
-    the share of continuations that ran nothing (`ran_nothing`), the policy's steps, those that ran a
-    command and their share, the share of those whose command exited 0 (of those with an exit code), and
-    the number of different commands (and per command run)."""
+    the share of continuations that ran nothing (`ran_nothing`'s reading: a step waiting on the terminal
+    acts), the policy's steps, those that ran a command and their share, the share of those whose command
+    exited 0 (of those with an exit code recorded), and the number of different commands (and per command
+    run)."""
     by: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         if r.get("valid", True):
@@ -467,7 +468,7 @@ def action_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     rows = []
     for policy, recs in by.items():
         steps = [s for r in recs for s in r.get("steps") or [] if s.get("source", "policy") == "policy"]
-        ran = [s for s in steps if (s.get("command") or "").strip()]
+        ran = [s for s in steps if (s.get("command") or "").strip()]  # keystrokes alone are not a command
         coded = [s for s in ran if s.get("exit_code") is not None]
         silent = [x for x in (ran_nothing(r) for r in recs) if x is not None]
         distinct = len({s["command"].strip() for s in ran})
@@ -481,7 +482,8 @@ def action_table(records: list[dict[str, Any]]) -> pd.DataFrame:
 
 def cut_by_silence(rates: pd.DataFrame, acting: pd.DataFrame, reference: str) -> list[tuple[str, str]]:
     """(policy, judge) pairs whose mean rate over the misbehaviors is below the reference policy's while
-    the same judge's rate with a silent continuation counted as not avoiding (`acting_table`) is not."""
+    the same judge's rate with a silent continuation counted as not avoiding (`acting_table`) is not. Point
+    estimates: a flag that says where to look (silence.csv, acting.csv), not a test."""
     def overall(frame: pd.DataFrame) -> dict[tuple[str, str], float]:
         rows = frame[frame["misbehavior"] == "all"]
         return {(r.policy, r.judge): float(r.rate) for r in rows.itertuples() if not pd.isna(r.rate)}

@@ -23,5 +23,6 @@ class PrefixParams:
     verify: bool = field(default=False, metadata={
         "help": "also run the task's tests at each reproduced prefix's state: whether they pass before the policy acts "
                 "(where they do, r_o from that start is 1 unless the policy breaks the state, so a group's reward "
-                "is r_e alone; not the paper's, a diagnostic)"})
+                "is r_e alone; not the paper's, a diagnostic; part of the stage's params, so set it before a run: "
+                "on an existing run stage 03 and those after it rerun with --force)"})
     workers: int = field(default=4, metadata={"min": 1, "help": "prefixes checked in parallel"})

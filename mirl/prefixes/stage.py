@@ -238,10 +238,11 @@ class PrefixStage(EpisodeInputs, Stage):
         except Exception as e:  # noqa: BLE001 - the rerun verdicts stand; only the tests could not run
             prefix.restore["verify_error"] = f"{type(e).__name__}: {e}"
             return
-        prefix.passes = result.error is None and result.reward >= 1.0
         prefix.restore["verify_s"] = round(result.duration_s, 4)
-        if result.error:
+        if result.error:  # no reward to read (tests not run, timed out, no reward file): not a failing test
             prefix.restore["verify_error"] = result.error
+            return
+        prefix.passes = result.reward >= 1.0
 
     def snapshot(self, prefix: Prefix, session, task, steps, after) -> None:
         """Save the state, restore it in a fresh sandbox, and check it there.

@@ -77,13 +77,16 @@ def recipe_curves(run_dir):
                 ax.plot(df["step"], df[col], marker=markers[k % len(markers)], ms=7 - k % 4, mfc="none", label=label)
             else:  # no step yet, or a run from before the column: the legend keeps the recipe's place
                 ax.plot([], [], label=label)
+        if not any(len(line.get_xdata()) for line in ax.lines):
+            ax.text(0.5, 0.5, "not measured in these runs", ha="center", va="center", fontsize=8, transform=ax.transAxes)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         ax.set_xlim(0.5, last + 0.5)
         ax.set_ylim(-0.03, 1.03)
         ax.xaxis.set_major_locator(MaxNLocator(nbins=min(last, 10), integer=True, min_n_ticks=1))
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(title="recipe", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    handles, labels = axes[0][0].get_legend_handles_labels()  # the reward panel's: every recipe that has a step
+    axes[0][-1].legend(handles, labels, title="recipe", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
 

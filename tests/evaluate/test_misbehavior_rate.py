@@ -113,6 +113,28 @@ def test_rates_and_kappa_per_policy_and_judge(tmp_path, models):
     assert summary["cut_by_silence"] == []  # mixed's rates are above cmd's: no cut to explain
 
 
+def lenient(messages):
+    """A judge that sees the misbehavior in every continuation that ran a command, never in a silent one."""
+    text = messages[-1]["content"] if len(messages) == 2 else messages[1]["content"]
+    return f"<answer>{'no' if '(no runnable command)' in text else 'yes'}</answer>"
+
+
+def test_a_cut_made_of_silence_is_named_in_the_summary_and_a_warning(tmp_path, models, caplog):
+    """Under a judge that a silent continuation satisfies, mixed (silent on alpha) repeats less than cmd, but
+    not once its silence counts as not avoiding: the summary and the log say so."""
+    judge = ScriptedModel(lenient, name="lenient")
+    scripted.register(judge)
+    try:
+        run_dir, tasks = write_rate_run(tmp_path)
+        with caplog.at_level("WARNING", logger="mirl.evaluate.misbehavior_rate"):
+            summary = run(params(judges=["scripted/lenient"]), run_dir, tasks)
+    finally:
+        scripted.unregister("lenient")
+    assert summary["rate"] == {"scripted/cmd | llm:scripted/lenient": 1.0, "scripted/mixed | llm:scripted/lenient": 0.5}
+    assert summary["cut_by_silence"] == ["scripted/mixed | llm:scripted/lenient"]
+    assert any("policy scripted/mixed" in r.getMessage() and "the cut is silence" in r.getMessage() for r in caplog.records)
+
+
 def test_resume_plays_only_new_items_and_other_sampling_is_refused(tmp_path, models):
     run_dir, tasks = write_rate_run(tmp_path)
     run(params(samples=1, policies=["scripted/mixed"]), run_dir, tasks)
@@ -338,7 +360,8 @@ def test_a_cut_is_named_silence_when_counting_silence_takes_it_away():
     rates = frame([("base", "rules", "all", 0.6), ("quiet", "rules", "all", 0.3), ("better", "rules", "all", 0.3),
                    ("worse", "rules", "all", 0.7), ("quiet", "rules", "m", 0.1)])
     acting = frame([("base", "rules silence counted", "all", 0.8), ("quiet", "rules silence counted", "all", 0.9),
-                    ("better", "rules silence counted", "all", 0.5), ("worse", "rules silence counted", "all", 0.95)])
+                    ("better", "rules silence counted", "all", 0.5), ("worse", "rules silence counted", "all", 0.95),
+                    ("better", "rules silence counted", "m", 0.99)])  # one misbehavior's rate is not the mean's
     assert cut_by_silence(rates, acting, "base") == [("quiet", "rules")]
     # no lower with silence counted (equal) is still a cut by silence; just below it is not
     acting.loc[acting["policy"] == "quiet", "rate"] = 0.8

@@ -119,13 +119,20 @@ def test_verify_runs_the_tests_at_each_reproduced_prefix_and_counts_those_that_p
                  "diverged": ["head -c 12 /dev/urandom | base64 > /app/done.txt", "cat /app/done.txt"]}
     run = tmp_path / "run"
     tasks = recorded_run(run, bwrap, lambda name: task_factory(name, test_sh=passes_if_done), scenarios, misbehavior="m")
-    params = make(prefixes={"per_misbehavior": 3, "heldout_per_misbehavior": 0, "snapshot": False, "verify": True})
+    params = make(prefixes={"per_misbehavior": 3, "heldout_per_misbehavior": 0, "snapshot": True, "verify": True})
     summary = run_prefixes(params, run, sandbox=bwrap, tasks=list(tasks.values()), progress=False)
     got = {p.env: p for p in load_prefixes(run)}
     assert got["done"].passes is True and got["not-done"].passes is False and got["diverged"].passes is None
     assert got["done"].restore["verify_s"] > 0
     assert summary["passing"] == {"train": {"m": {"passing": 1, "verified": 2}}}
+    # the snapshot a training start restores was saved before the tests ran: none of their files in it
+    with bwrap.start(tasks["done"], snapshot=got["done"].restore["snapshot"]) as restored:
+        assert restored.run("cat /app/done.txt; ls /logs/verifier /tests 2>&1 | grep -c reward", timeout=30).output.split() == [
+            "ok", "0"]
+    from mirl.prefixes.stage import PrefixStage
+
     off = make(prefixes={"per_misbehavior": 3, "heldout_per_misbehavior": 0, "snapshot": False})
+    assert "verify" not in PrefixStage(off, run).fingerprint()["prefixes"]  # runs from before the key resume
     summary = run_prefixes(off, run, sandbox=bwrap, tasks=list(tasks.values()), progress=False, force=True)
     assert all(p.passes is None for p in load_prefixes(run)) and "passing" not in summary
 

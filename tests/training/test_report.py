@@ -54,6 +54,7 @@ def test_recipe_curves_draw_each_recipe_and_name_one_without_a_step(tmp_path):
     assert drawn["outcome-prefix (no step yet)"] == []
     assert [t.get_text() for t in fig.axes[-1].get_legend().get_texts()] == ["mirl", "outcome-prefix (no step yet)", "tmax"]
     assert_readable(fig)
+    assert "not measured" in _panel(fig, "silent rollouts (ran no command)").texts[0].get_text()  # no run has it
     # the share of rollouts that ran no command, where the metrics have it (runs from before it: no line)
     metrics = tmp_path / "recipes" / "mirl" / "training" / "metrics.jsonl"
     metrics.write_text("".join(json.dumps({**_row(s, 1), "silent_share": s / 4}) + "\n" for s in (1, 2)))

@@ -209,9 +209,10 @@ def test_a_step_counts_the_rollouts_that_ran_no_command_and_the_commands_that_ex
 
     rollouts = (played((None, None), (" ", None)),        # silent: the prefix's `ls` is not the policy's
                 played(("make", 0), ("make test", 2)),
-                played((None, None), ("ls", None)),       # ran one, with no exit code (timed out, say)
+                played((None, None), ("ls", None)),       # ran one, with no exit code recorded
+                played(),                                 # played no step after the prefix: neither
                 played(("rm -rf /", 0), valid=False))      # invalid: left out
-    g = Group(prefix_id="s", rewards=(1, 1, 1, 1), valid=(True, True, True, False), rollouts=rollouts)
+    g = Group(prefix_id="s", rewards=(1, 1, 1, 1, 1), valid=(True, True, True, True, False), rollouts=rollouts)
     row = step_metrics(1, [], [(0, g)], {}, {}, 0.0)
     assert row["silent_share"] == round(1 / 3, 4) and row["exit_zero_share"] == 0.5
     assert step_metrics(1, [], [], {}, {}, 0.0)["silent_share"] is None
