@@ -463,11 +463,11 @@ def step_metrics(step: int, live: list[Group], tried: list[tuple[int, Group]], l
 
     traj_steps = [len(r.trajectory.steps) - r.trajectory.prefix_len for r in all_rollouts]
     # what the policy did after the prefix: a reward can be earned by falling silent or running anything
-    # else (stage 05's silence.csv and actions.csv read the same at evaluation)
+    # else (stage 05's silence.csv and actions.csv read the same at evaluation; waiting on a terminal acts)
     played = [[x for x in r.trajectory.steps[r.trajectory.prefix_len:] if x.source == "policy"] for r in valid]
     ran = [x for steps in played for x in steps if (x.command or "").strip()]
     coded = [x.exit_code == 0 for x in ran if x.exit_code is not None]
-    silent = [not any((x.command or "").strip() for x in steps) for steps in played if steps]
+    silent = [not any((x.command or "").strip() or x.meta.get("wait") for x in steps) for steps in played if steps]
     # where the episodes' time went, summed over episodes (they run concurrently: these add up to
     # more than the step's wall time)
     spent = {f"episodes_{k}": round(sum(float((r.trajectory.timings or {}).get(k, 0.0)) for r in all_rollouts), 4)

@@ -211,10 +211,12 @@ def test_a_step_counts_the_rollouts_that_ran_no_command_and_the_commands_that_ex
                 played(("make", 0), ("make test", 2)),
                 played((None, None), ("ls", None)),       # ran one, with no exit code recorded
                 played(),                                 # played no step after the prefix: neither
+                played((None, None)),                     # waited on the terminal: acting (below)
                 played(("rm -rf /", 0), valid=False))      # invalid: left out
-    g = Group(prefix_id="s", rewards=(1, 1, 1, 1, 1), valid=(True, True, True, True, False), rollouts=rollouts)
+    rollouts[4].trajectory.steps[1].meta["wait"] = True
+    g = Group(prefix_id="s", rewards=(1,) * 6, valid=(True,) * 5 + (False,), rollouts=rollouts)
     row = step_metrics(1, [], [(0, g)], {}, {}, 0.0)
-    assert row["silent_share"] == round(1 / 3, 4) and row["exit_zero_share"] == 0.5
+    assert row["silent_share"] == round(1 / 4, 4) and row["exit_zero_share"] == 0.5
     assert step_metrics(1, [], [], {}, {}, 0.0)["silent_share"] is None
 
 
