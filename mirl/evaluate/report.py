@@ -253,6 +253,17 @@ def rate_table(rates: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.
     return df.pivot_table(index="misbehavior", columns=["label", "judge"], values="cell", aggfunc="first")
 
 
+def action_table(actions: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """`actions.csv` with each policy by its label, one row per policy."""
+    return labelled(actions, labels).set_index("label").drop(columns="policy")
+
+
+def silence_warnings(summary: dict) -> list[str]:
+    """The stage summary's `cut_by_silence` as lines to print (none when no cut vanishes with silence counted)."""
+    return [f"warning: {cut}: the rate fell, but not with a silent continuation counted as not avoiding: the cut is "
+            "silence (silence.csv, acting.csv)" for cut in summary.get("cut_by_silence") or []]
+
+
 def kappa_table(agreement: pd.DataFrame) -> pd.DataFrame:
     """Cohen's kappa per judge pair (rows) and misbehavior (columns)."""
     if agreement.empty:

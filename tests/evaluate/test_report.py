@@ -118,3 +118,13 @@ def test_reduction_and_success_figures_draw_intervals_and_say_when_empty():
     assert report.success_table(success).loc["all", ("base", "tests")] == "0.25 [0.10, 0.40] (n=12)"
     assert len(report.success_figure(success).axes[0].patches) == 1
     assert "verify is off" in report.success_figure(success.iloc[:0]).axes[0].texts[0].get_text()
+
+
+def test_actions_are_shown_by_label_and_silence_cuts_as_warnings():
+    actions = pd.DataFrame([{"policy": "local//x/runs/r/recipes/mirl/ckpt", "silent_share": 0.9, "ran_steps": 3},
+                            {"policy": "base", "silent_share": 0.4, "ran_steps": 30}])
+    t = report.action_table(actions, {"local//x/runs/r/recipes/mirl/ckpt": "mirl"})
+    assert list(t.index) == ["mirl", "base"] and "policy" not in t and t.loc["mirl", "silent_share"] == 0.9
+    assert report.silence_warnings({"cut_by_silence": []}) == report.silence_warnings({}) == []
+    [line] = report.silence_warnings({"cut_by_silence": ["mirl | rules"]})
+    assert line.startswith("warning: mirl | rules:") and "the cut is silence" in line
