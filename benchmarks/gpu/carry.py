@@ -293,6 +293,11 @@ def main() -> None:
     print(f"working tree: {tree / MIB:.1f} MiB, so {room / MIB:.1f} MiB a call for the folders")
     for i, dirs in enumerate(plan(wheel_dirs + part_dirs, room), 1):
         print(f"call {i}: carry {' '.join(rel(d) for d in dirs)} ({sum(size(d) for d in dirs) / MIB:.1f} MiB)")
+    too_big = [d for d in wheel_dirs + part_dirs if size(d) > room]
+    if too_big:
+        sys.exit("carry: no device call can take " + ", ".join(f"{rel(d)} ({size(d) / MIB:.1f} MiB)" for d in too_big)
+                 + f" beside the {tree / MIB:.1f} MiB working tree: lower --wheels-mb / --part-mb, or make the"
+                 " tracked tree smaller (a single wheel larger than the room cannot travel)")
 
 
 if __name__ == "__main__":

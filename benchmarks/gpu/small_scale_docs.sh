@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Copies a small-scale experiment's tables and figures from its reports into its docs folder and packs its
-# run (checkpoints left out) there as data/runs.tar.xz:
+# run there as data/runs.tar.xz, without checkpoints and without the training's token-level rollouts
+# (rollouts.jsonl: 93% of a 24-step run's archive; every tracked byte travels with each device call, whose
+# 64 MiB must also carry the wheels, benchmarks/gpu/carry.py):
 #   bash benchmarks/gpu/small_scale_docs.sh [WORK]     # WORK holds runs/NAME and reports/NAME (default .)
 # e.g. after unpacking what benchmarks/gpu/small_scale.sh sent back: cat small.tar.xz.* | tar xJf - -C WORK.
 # NAME is $SMALL_NAME (default small, the bundled experiment, whose folder is docs/small_scale/); another
@@ -48,5 +50,5 @@ for f in run.rglob("*"):
         if new != text:
             f.write_text(new, errors="surrogateescape")
 PY
-tar cf - -C "$T" --exclude=checkpoints "runs/$NAME" | xz -T0 -6 > "$D/data/runs.tar.xz"
+tar cf - -C "$T" --exclude=checkpoints --exclude=rollouts.jsonl "runs/$NAME" | xz -T0 -6 > "$D/data/runs.tar.xz"
 ls -la "$D" "$D/data"
