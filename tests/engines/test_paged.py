@@ -148,6 +148,41 @@ def test_a_row_draws_the_same_in_an_empty_and_in_a_busy_batch(checkpoint):
     e.close()
 
 
+def test_requests_whose_prompts_go_in_together_start_in_one_call_and_each_draws_as_alone(checkpoint, monkeypatch):
+    """Six requests queued before the owner thread runs go in in one prefill pass, and their rows' first
+    tokens are sampled in one batched call (each row from its own prompt's logits, with its own seed,
+    temperature and top-p, its partial last page copied): every sample still equals the request alone."""
+    e = make(checkpoint, prefill_tokens=512)
+    ps = prompts(e, 6)
+    args = [(p, list(range(i % 3 + 1)), 8, (0.0, 0.7, 1.0)[i % 3], (1.0, 0.8)[i % 2], 50 + i) for i, p in enumerate(ps)]
+    assert len({len(p) % e.page_size for p in ps}) > 1  # partial last pages of different lengths
+    start = e._ensure_thread
+    monkeypatch.setattr(e, "_ensure_thread", lambda: None)  # hold the owner thread back until all are queued
+    out: list = [None] * len(args)
+
+    def run(i):
+        out[i] = e.generate_tokens(*args[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args))]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 4  # callers see a missing owner thread as an error after 5 s
+    while e._queue.qsize() < len(args) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    monkeypatch.undo()
+    start()
+    for t in threads:
+        t.join(60)
+    assert e.stats["prefill_passes"] == 1 and e.stats["requests"] == len(args)
+    solo = make(checkpoint)
+    for a, got in zip(args, out):
+        want = solo.generate_tokens(*a)
+        assert [s.ids for s in got.samples] == [s.ids for s in want.samples]
+        assert max_diff([x for s in got.samples for x in s.logprobs], [x for s in want.samples for x in s.logprobs]) < 1e-5
+    e.close()
+    solo.close()
+
+
 def test_a_long_prompt_prefills_in_chunks_between_decode_steps(checkpoint):
     """A short request that starts decoding while a 400-token prompt prefills (16 tokens a step)
     finishes before that prompt is in: chunks of prefill do not stall the decoding rows."""

@@ -12,15 +12,22 @@ on a GPU the pass is padded to a power-of-two number of tokens and replayed as a
 (an eager pass launches some 10 kernels a layer from Python: milliseconds for a few hundred tokens).
 Padding tokens go to page 0, which nobody reads; padding tiles of the attention point at an empty
 sequence.
+
+What the host decides for a step or a pass (tokens, positions, page tables, a new layout of the rows,
+their sampling settings, the first tokens' inputs) crosses in one copy of one packed buffer (`Staging`),
+and a step's tokens come back in one: each torch call on the owner thread costs a wait for the GIL
+while episode threads run Python, so the host side makes as few calls as it can.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from mirl.engines.compile_lock import COMPILE_LOCK
@@ -32,22 +39,91 @@ log = logging.getLogger(__name__)
 # decode batch sizes graphs are captured for; no bucket of 1, whose shapes torch.compile would compile again
 BUCKETS = (2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512)
 PREFILL_BLOCK = 64  # query rows per program of the prefill kernel
+RING = 4  # host buffers per staging area and per read-back (at most two decode steps are in flight)
+
+
+def float_bits(values: Sequence[float]) -> np.ndarray:
+    """float32 values as their bit patterns (int32, widened to int64 in a staging buffer; the device
+    narrows them back to int32 and views them as float32)."""
+    return np.asarray(values, dtype=np.float32).view(np.int32)
+
+
+class Clock:
+    """Counts what the host enqueued on the device and what it knows has run (a read-back waited for it),
+    so a staging buffer is written again without a wait when its copy is known done."""
+
+    def __init__(self) -> None:
+        self.enqueued = self.synced = 0
+
+    def tick(self) -> int:
+        self.enqueued += 1
+        return self.enqueued
+
+
+class Staging:
+    """Host values for the device in one packed int64 buffer and one copy.
+
+    Why: the owner thread gives the GIL away inside every torch call and must take it back after, which
+    while episode threads run Python costs up to the switch interval per call (on a CPU: a 16-element
+    `add_` took 0.03 ms alone and 73 ms beside 8 busy Python threads). So a pass's host data is written
+    into a numpy view of pinned memory (no torch call), crosses in one copy, and the device-side steps
+    (graphs on a GPU) read it from `dev` at offsets fixed per step shape. On a CPU `dev` is written in
+    place. A ring of host buffers: one is written again only once its copy is known done."""
+
+    def __init__(self, numel: int, device: torch.device, clock: Clock):
+        self.cuda, self.clock = device.type == "cuda", clock
+        self.dev = torch.zeros(numel, dtype=torch.long, device=device)
+        self.host = [torch.zeros(numel, dtype=torch.long).pin_memory() for _ in range(RING)] if self.cuda else [self.dev]
+        self.arrays = [h.numpy() for h in self.host]
+        self.sent = [0] * len(self.host)  # the clock at each buffer's last copy
+        self.i = 0
+
+    def begin(self) -> np.ndarray:
+        """The next host buffer to fill."""
+        self.i = (self.i + 1) % len(self.host)
+        if self.cuda and self.sent[self.i] > self.clock.synced:  # rare: the ring went round before a read-back
+            torch.cuda.current_stream(self.dev.device).synchronize()
+            self.clock.synced = self.clock.enqueued
+        return self.arrays[self.i]
+
+    def send(self, n: int) -> torch.Tensor:
+        """The first n values of the buffer filled since `begin`, on the device."""
+        if self.cuda:
+            self.dev[:n].copy_(self.host[self.i][:n], non_blocking=True)
+        self.sent[self.i] = self.clock.tick()
+        return self.dev
+
+
+@dataclass
+class Layout:
+    """The rows of the next decode step when they changed: slot i holds old slot keep[i] (its token to
+    feed stays where the device wrote it), then the new rows (their first tokens and page tables); per
+    row in the new order its position, steps sampled so far and sampling settings."""
+
+    keep: list[int]
+    new_tokens: list[int]
+    new_pages: list[list[int]]
+    positions: list[int]
+    steps: list[int]
+    seeds: list[int]
+    inv_temperature: list[float]
+    top_p: list[float]
 
 
 @dataclass
 class Flight:
-    """A launched decode step whose tokens are on their way back."""
+    """A launched decode step whose tokens (and their logprobs) are on their way back."""
 
     rows: list[Any]  # the engine's rows, in slot order
-    tokens: torch.Tensor
-    logprobs: torch.Tensor
+    out: torch.Tensor  # [bucket, 2] float64: token id, logprob (pinned host memory on a GPU)
+    mark: int  # the clock when it was launched
     event: Any = None
 
     def result(self) -> tuple[list[int], list[float]]:
         if self.event is not None:
             self.event.synchronize()
-        n = len(self.rows)
-        return self.tokens[:n].tolist(), self.logprobs[:n].tolist()
+        pairs = self.out[:len(self.rows)].tolist()
+        return [int(t) for t, _ in pairs], [lp for _, lp in pairs]
 
 
 class DeviceBatch:
@@ -62,17 +138,27 @@ class DeviceBatch:
         # the prefill pass: up to prefill_tokens tokens, padded to a power of two with graphs
         self.prefill_cap = 1 << max(0, (int(prefill_tokens) - 1).bit_length()) if graphs else int(prefill_tokens)
         dev, dt = self.device, pm.dtype
+        cuda = dev.type == "cuda"
+        self.clock = Clock()
+        # decode slots: up to the largest bucket, plus a spare one (index `spare`) that padding reads from
+        # and writes to: its page-table row stays zeros (page 0, which nobody reads)
+        r = self.bucket_for(max_rows)
+        self.spare = r
         # decode: tokens to feed, their positions, positions after them (ctx), tokens sampled so far (steps)
-        self.state = torch.zeros(4, max_rows, dtype=torch.long, device=dev)
-        self.table = torch.zeros(max_rows, width, dtype=torch.int32, device=dev)
-        self.seeds = torch.zeros(max_rows, dtype=torch.long, device=dev)
-        self.inv_temperature = torch.ones(max_rows, dtype=torch.float32, device=dev)
-        self.top_p = torch.ones(max_rows, dtype=torch.float32, device=dev)
-        self.out_tokens = torch.zeros(max_rows, dtype=torch.long, device=dev)
-        self.out_logprobs = torch.zeros(max_rows, dtype=torch.float32, device=dev)
-        self.attn_out = torch.zeros(max_rows, pm.heads, pm.dim, dtype=dt, device=dev)
+        self.state = torch.zeros(4, r + 1, dtype=torch.long, device=dev)
+        self.table = torch.zeros(r + 1, width, dtype=torch.int32, device=dev)
+        self.seeds = torch.zeros(r + 1, dtype=torch.long, device=dev)
+        self.fparams = torch.ones(2, r + 1, dtype=torch.float32, device=dev)  # inverse temperature, top-p
+        self.inv_temperature, self.top_p = self.fparams[0], self.fparams[1]
+        self.out = torch.zeros(r + 1, 2, dtype=torch.float64, device=dev)  # a step's (token, logprob) per row
+        self.out_host = [torch.zeros(r + 1, 2, dtype=torch.float64).pin_memory() for _ in range(RING)] if cuda else []
+        self.out_events = [torch.cuda.Event() for _ in range(RING)] if cuda else []
+        self._out_i = 0
+        self.attn_out = torch.zeros(r + 1, pm.heads, pm.dim, dtype=dt, device=dev)
         self.rows = 0  # rows laid out in the buffers (slots 0..rows-1), padded to `bucket`
         self.bucket = 0
+        # a decode step's staging: the page-table entries rows move into (3 x bucket), then a new layout
+        self.s_stage = Staging(3 * r + 9 * r + r * width, dev, self.clock)
         # prefill: per token (id, position, slot); per sequence (q_start, q_len, ctx) and page table, plus
         # an empty one (index max_seqs) for padding tiles; the tile table; the rows whose logits are wanted
         cap, s1 = self.prefill_cap, max_seqs + 1
@@ -82,6 +168,10 @@ class DeviceBatch:
         self.p_tiles = torch.zeros(2, cap // PREFILL_BLOCK + s1 + 1, dtype=torch.int32, device=dev)
         self.p_last = torch.zeros(max_seqs, dtype=torch.long, device=dev)
         self.p_logits = torch.zeros(max_seqs, pm.vocab, dtype=torch.float32, device=dev)
+        self.p_stage = Staging(3 * cap + 3 * s1 + s1 * width + 2 * self.p_tiles.shape[1] + max_seqs, dev, self.clock)
+        # the first tokens of new rows: per row (logits row, seed, step, inverse temperature, top-p), then
+        # the KV slots of their partial last pages to copy (from, to)
+        self.r_stage = Staging(5 * r + 2 * r * page, dev, self.clock)
         self._graphs: dict[tuple, Any] = {}
         self._pool = None
         self._failed_graphs: list[Any] = []
@@ -89,76 +179,88 @@ class DeviceBatch:
         self._scratch: dict[int, Any] = {}
         self.captured = self.failed_captures = 0
 
-    # --- host -> device ----------------------------------------------------------------------------
-
-    def _put(self, values, dtype) -> torch.Tensor:
-        """A host list on the device without waiting for the GPU (pinned staging on a GPU)."""
-        t = torch.as_tensor(values, dtype=dtype)
-        if self.device.type == "cuda":
-            return t.pin_memory().to(self.device, non_blocking=True)
-        return t
-
     # --- decode ------------------------------------------------------------------------------------
 
     def bucket_for(self, rows: int) -> int:
         return next((b for b in BUCKETS if b >= rows), rows) if self.graphs else max(rows, 1)
 
-    def layout(self, keep: Sequence[int], new: Sequence[dict], positions: Sequence[int], steps: Sequence[int]) -> None:
-        """Lay the rows out again: slot i holds old slot keep[i] (its token to feed stays where the
-        GPU wrote it), then the `new` rows (dicts: token, pages, seed, inv_temperature, top_p);
-        `positions` and `steps` for every row in the new order; the rest of the bucket is padding."""
-        rows = len(keep) + len(new)
-        bucket = self.bucket_for(rows)
-        pad = bucket - rows
-        perm = self._put(list(keep) + [0] * (len(new) + pad), torch.long)
-        pos = list(positions) + [0] * pad
-        pack = self._put([pos, [p + 1 for p in pos], list(steps) + [0] * pad,
-                          [0] * len(keep) + [r["token"] for r in new] + [0] * pad], torch.long)
-        is_new = self._put([False] * len(keep) + [True] * len(new) + [False] * pad, torch.bool)
-        tokens = torch.where(is_new, pack[3], self.state[0, perm])
-        tokens[rows:] = 0
-        self.state[0, :bucket] = tokens
-        self.state[1:4, :bucket] = pack[:3]
+    def launch(self, rows: list[Any], nucleus: bool, grown: Sequence[tuple[int, int, int]],
+               layout: Layout | None = None) -> Flight:
+        """One decode step of `rows` (in slot order); its tokens come back in the returned Flight.
+        `grown`: page-table entries (slot, column, page) for pages rows move into at this step; `layout`
+        when the rows changed. What the host sends crosses in one copy (`Staging`)."""
+        bucket = self.bucket_for(len(rows)) if layout is not None else self.bucket
+        a = self.s_stage.begin()
+        g = len(grown)
+        a[:3 * bucket] = 0
+        a[:bucket] = self.spare  # unused entries write a zero into the spare row
+        if g:
+            a[:g], a[bucket:bucket + g], a[2 * bucket:2 * bucket + g] = zip(*grown)
+        n = 3 * bucket
+        if layout is not None:
+            n = self._stage_layout(a, n, bucket, layout)
+        f = self.s_stage.send(n)
+        if layout is not None:
+            self._layout(f, 3 * bucket, bucket, len(layout.keep), len(layout.new_tokens))
+        self._run(("decode", bucket, nucleus), lambda: self._decode(bucket, nucleus))
+        mark = self.clock.tick()
+        if self.device.type == "cuda":
+            i = self._out_i = (self._out_i + 1) % RING
+            out, event = self.out_host[i], self.out_events[i]
+            out[:bucket].copy_(self.out[:bucket], non_blocking=True)
+            event.record()
+            return Flight(list(rows), out, mark, event)
+        return Flight(list(rows), self.out[:bucket].clone(), mark)
+
+    def read(self, flight: Flight) -> tuple[list[int], list[float]]:
+        """A launched step's tokens and logprobs, waited for."""
+        result = flight.result()
+        self.clock.synced = max(self.clock.synced, flight.mark)
+        return result
+
+    def _stage_layout(self, a: np.ndarray, o: int, bucket: int, lay: Layout) -> int:
+        """Writes a layout into the staging buffer from offset o: per slot the old slot its token comes
+        from, whether it is new (padding too: token 0), its new token, position, position + 1, steps, seed,
+        inverse temperature and top-p bits; then the page tables of the new rows. Returns the end."""
+        k, rows, b = len(lay.keep), len(lay.positions), bucket
+        a[o:o + 9 * b] = 0
+        a[o:o + k] = lay.keep  # new and padding slots read slot 0's token, which they do not use
+        a[o + b + k:o + 2 * b] = 1
+        a[o + 2 * b + k:o + 2 * b + rows] = lay.new_tokens
+        a[o + 3 * b:o + 3 * b + rows] = lay.positions
+        a[o + 4 * b:o + 4 * b + rows] = [q + 1 for q in lay.positions]
+        a[o + 5 * b:o + 5 * b + rows] = lay.steps
+        a[o + 6 * b:o + 6 * b + rows] = lay.seeds
+        fl = np.ones((2, b), dtype=np.float32)  # padding samples at T = 1 without top-p
+        fl[0, :rows], fl[1, :rows] = lay.inv_temperature, lay.top_p
+        a[o + 7 * b:o + 9 * b] = fl.view(np.int32).reshape(-1)
+        o, w = o + 9 * b, self.width
+        a[o:o + len(lay.new_pages) * w] = 0
+        for i, pages in enumerate(lay.new_pages):
+            a[o + i * w:o + i * w + len(pages)] = pages
+        return o + len(lay.new_pages) * w
+
+    def _layout(self, f: torch.Tensor, o: int, bucket: int, kept: int, new: int) -> None:
+        """Lay the rows out again from the staged layout (a handful of device calls)."""
+        b, w, rows = bucket, self.width, kept + new
+        perm = f[o:o + b]
+        tokens = torch.where(f[o + b:o + 2 * b].bool(), f[o + 2 * b:o + 3 * b], self.state[0, perm])
+        self.state[0, :b] = tokens
+        self.state[1:4, :b] = f[o + 3 * b:o + 6 * b].view(3, b)
+        self.seeds[:b] = f[o + 6 * b:o + 7 * b]
+        self.fparams[:, :b] = f[o + 7 * b:o + 9 * b].to(torch.int32).view(torch.float32).view(2, b)
         table = self.table[perm]
-        table[len(keep):] = 0
+        table[kept:] = 0
         if new:
-            block = torch.zeros(len(new), self.width, dtype=torch.int32)
-            for i, r in enumerate(new):
-                block[i, :len(r["pages"])] = torch.as_tensor(r["pages"], dtype=torch.int32)
-            table[len(keep):rows] = self._put(block, torch.int32)
-        self.table[:bucket] = table
-        for buf, key, fill in ((self.seeds, "seed", 0), (self.inv_temperature, "inv_temperature", 1.0),
-                               (self.top_p, "top_p", 1.0)):
-            moved = buf[perm]
-            if new:
-                moved[len(keep):rows] = self._put([r[key] for r in new], buf.dtype)
-            moved[rows:] = fill
-            buf[:bucket] = moved
+            table[kept:rows] = f[o + 9 * b:o + 9 * b + new * w].view(new, w)
+        self.table[:b] = table
         self.rows, self.bucket = rows, bucket
 
-    def grow(self, entries: Sequence[tuple[int, int, int]]) -> None:
-        """Page-table entries (slot, column, page) for pages rows move into at their next step."""
-        if entries:
-            e = self._put(list(zip(*entries)), torch.long)
-            self.table[e[0], e[1]] = e[2].to(torch.int32)
-
-    def launch(self, rows: list[Any], nucleus: bool) -> Flight:
-        """One decode step of the laid-out rows; its tokens come back in the returned Flight."""
-        self._run(("decode", self.bucket, nucleus), lambda: self._decode(self.bucket, nucleus))
-        n = self.bucket
-        if self.device.type == "cuda":
-            tokens = torch.empty(n, dtype=torch.long, pin_memory=True)
-            logprobs = torch.empty(n, dtype=torch.float32, pin_memory=True)
-            tokens.copy_(self.out_tokens[:n], non_blocking=True)
-            logprobs.copy_(self.out_logprobs[:n], non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            return Flight(list(rows), tokens, logprobs, event)
-        return Flight(list(rows), self.out_tokens[:n].clone(), self.out_logprobs[:n].clone())
-
     def _decode(self, bucket: int, nucleus: bool) -> None:
-        """Feed each row's token, sample the next, and advance the rows' state in place."""
-        p = self.page
+        """Give rows entering a page that page, feed each row's token, sample the next, and advance the
+        rows' state in place."""
+        p, f = self.page, self.s_stage.dev
+        self.table.index_put_((f[:bucket], f[bucket:2 * bucket]), f[2 * bucket:3 * bucket].to(torch.int32))
         tokens, positions, ctx, steps = self.state[0, :bucket], self.state[1, :bucket], self.state[2, :bucket], \
             self.state[3, :bucket]
         table = self.table[:bucket]
@@ -168,8 +270,8 @@ class DeviceBatch:
         hidden = self.pm.forward(tokens, positions, slots, self.kv, lambda q, kv: self.attn.decode(q, kv, meta))
         tok, lp = self.sample(self.pm.logits(hidden), self.seeds[:bucket], steps, self.inv_temperature[:bucket],
                               self.top_p[:bucket], self.token_hash, nucleus)
-        self.out_tokens[:bucket].copy_(tok)
-        self.out_logprobs[:bucket].copy_(lp)
+        self.out[:bucket, 0].copy_(tok)
+        self.out[:bucket, 1].copy_(lp)
         self.state[0, :bucket].copy_(tok)
         self.state[1:4, :bucket] += 1
 
@@ -183,34 +285,68 @@ class DeviceBatch:
         if splits == 1:
             return None
         if splits not in self._scratch:
-            self._scratch[splits] = DecodeScratch(self.max_rows, self.pm.heads, self.pm.dim, splits, self.device)
+            self._scratch[splits] = DecodeScratch(self.spare, self.pm.heads, self.pm.dim, splits, self.device)
         return self._scratch[splits]
 
+    # --- first tokens ------------------------------------------------------------------------------
+
+    def first_tokens(self, logits: torch.Tensor, which: Sequence[int], seeds: Sequence[int],
+                     inv_temperature: Sequence[float], top_p: Sequence[float], copy_from: Sequence[int],
+                     copy_to: Sequence[int]) -> tuple[list[int], list[float]]:
+        """New rows' first tokens, row i sampled from `logits[which[i]]` (its prompt's last logits) with
+        its own seed at step 0, and the KV of the rows' partial last pages copied slot by slot (each row
+        owns that page from now on): one staging copy and one read-back for every row that starts."""
+        k, m = len(which), len(copy_from)
+        a = self.r_stage.begin()
+        a[:k], a[k:2 * k], a[2 * k:3 * k] = which, seeds, 0
+        a[3 * k:4 * k], a[4 * k:5 * k] = float_bits(inv_temperature), float_bits(top_p)
+        a[5 * k:5 * k + m], a[5 * k + m:5 * k + 2 * m] = copy_from, copy_to
+        f = self.r_stage.send(5 * k + 2 * m)
+        if m:
+            self.kv[:, f[5 * k + m:5 * k + 2 * m]] = self.kv[:, f[5 * k:5 * k + m]]
+        fl = f[3 * k:5 * k].to(torch.int32).view(torch.float32)
+        with COMPILE_LOCK if self.compiled else nullcontext():  # compiled, and may compile for a new k
+            tok, lp = self.sample(logits[f[:k]], f[k:2 * k], f[2 * k:3 * k], fl[:k], fl[k:], self.token_hash,
+                                  any(t < 1 for t in top_p))
+        pairs = torch.stack((tok.double(), lp.double()), 1).tolist()
+        self.clock.synced = self.clock.enqueued
+        return [int(t) for t, _ in pairs], [x for _, x in pairs]
+
     # --- prefill -----------------------------------------------------------------------------------
+
+    def _p_offsets(self, size: int, tiles: int) -> tuple[int, int, int, int, int]:
+        """Where a pass of `size` tokens and `tiles` kernel programs keeps each field in its staging
+        buffer: tokens (3 x size), sequences (3 x s1), page tables (s1 x width), tiles (2 x tiles), the
+        rows whose logits are wanted (max_seqs); and the end."""
+        s1 = self.max_seqs + 1
+        seq = 3 * size
+        table = seq + 3 * s1
+        tile = table + s1 * self.width
+        last = tile + 2 * tiles
+        return seq, table, tile, last, last + self.max_seqs
 
     def prefill(self, ids: list[int], positions: list[int], slots: list[int],
                 seqs: list[tuple[int, int, int, list[int]]], last: list[int]) -> torch.Tensor:
         """One pass over packed new tokens: sequence s owns tokens q_start..q_start+q_len of the pass,
         the last of its ctx positions, in `pages`; returns the logits [len(last), vocab] of the tokens at
-        indices `last` (float32, on the device)."""
+        indices `last` (float32, on the device). The host's part is one staging copy and the pass."""
         n, s = len(ids), len(seqs)
         assert n <= self.prefill_cap and s <= self.max_seqs, (n, s)
         size = max(2, n) if not self.graphs else max(PREFILL_BLOCK, 1 << (n - 1).bit_length())
-        pad = size - n
-        self.p_tokens[:, :size] = self._put([ids + [0] * pad, positions + [0] * pad, slots + [0] * pad], torch.long)
-        empty = self.max_seqs  # the empty sequence padding tiles point at
-        cols = [[q0 for q0, _, _, _ in seqs], [ql for _, ql, _, _ in seqs], [c for _, _, c, _ in seqs]]
-        self.p_seqs[:, :s + 1] = self._put([c + [0] for c in cols], torch.int32)
-        block = torch.zeros(s, self.width, dtype=torch.int32)
-        for i, (_, _, _, pages) in enumerate(seqs):
-            block[i, :len(pages)] = torch.as_tensor(pages, dtype=torch.int32)
-        self.p_table[:s] = self._put(block, torch.int32)
         host = [(q0, ql, c) for q0, ql, c, _ in seqs]
-        tiles = self._tiles(host, size, empty)
-        self.p_last.zero_()
-        self.p_last[:len(last)] = self._put(last, torch.long)
+        tiles = self._tiles(host, size, self.max_seqs)
+        seq, table, tile, lst, end = self._p_offsets(size, tiles)
+        s1, w = self.max_seqs + 1, self.width
+        a = self.p_stage.begin()
+        a[:end] = 0  # padding tokens go to slot 0 of page 0, unused sequences are empty
+        a[:n], a[size:size + n], a[2 * size:2 * size + n] = ids, positions, slots
+        for i, (q0, ql, c, pages) in enumerate(seqs):
+            a[seq + i], a[seq + s1 + i], a[seq + 2 * s1 + i] = q0, ql, c
+            a[table + i * w:table + i * w + len(pages)] = pages
         if self.attn.backend == "triton":
-            self.p_tiles[:, :tiles] = self._put(prefill_tiles_host(host, PREFILL_BLOCK, tiles, empty), torch.int32)
+            a[tile:tile + 2 * tiles] = np.asarray(prefill_tiles_host(host, PREFILL_BLOCK, tiles, self.max_seqs)).reshape(-1)
+        a[lst:lst + len(last)] = last
+        self.p_stage.send(end)
         self._host_seqs = host
         self._run(("prefill", size, tiles), lambda: self._prefill(size, tiles))
         return self.p_logits[:len(last)]
@@ -222,10 +358,17 @@ class DeviceBatch:
         return sum(-(-ql // PREFILL_BLOCK) for _, ql, _ in host)
 
     def _prefill(self, size: int, tiles: int) -> None:
+        f, s1 = self.p_stage.dev, self.max_seqs + 1
+        seq, table, tile, lst, _ = self._p_offsets(size, tiles)
+        self.p_tokens[:, :size].copy_(f[:3 * size].view(3, size))
+        self.p_seqs.copy_(f[seq:table].view(3, s1))
+        self.p_table.copy_(f[table:tile].view(s1, self.width))
+        if tiles and self.attn.backend == "triton":
+            self.p_tiles[:, :tiles].copy_(f[tile:lst].view(2, tiles))
+        self.p_last.copy_(f[lst:lst + self.max_seqs])
         ids, positions, slots = self.p_tokens[0, :size], self.p_tokens[1, :size], self.p_tokens[2, :size]
-        s1 = self.max_seqs + 1
-        meta = Prefill(block_table=self.p_table[:s1], q_start=self.p_seqs[0, :s1], q_len=self.p_seqs[1, :s1],
-                       ctx=self.p_seqs[2, :s1], slots=slots, host=self._host_seqs,
+        meta = Prefill(block_table=self.p_table, q_start=self.p_seqs[0], q_len=self.p_seqs[1],
+                       ctx=self.p_seqs[2], slots=slots, host=self._host_seqs,
                        tile_seq=self.p_tiles[0, :tiles], tile_m0=self.p_tiles[1, :tiles])
         hidden = self.pm.forward(ids, positions, slots, self.kv, lambda q, kv: self.attn.prefill(q, kv, meta))
         self.p_logits.copy_(self.pm.logits(hidden[self.p_last]).float())

@@ -34,14 +34,12 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from mirl.engines.compile_lock import COMPILE_LOCK
 from mirl.engines.generator import (
     Generation,
     Sample,
@@ -53,7 +51,7 @@ from mirl.engines.generator import (
 )
 from mirl.engines.paged import sampler
 from mirl.engines.paged.attention import Attention
-from mirl.engines.paged.batch import DeviceBatch, Flight
+from mirl.engines.paged.batch import DeviceBatch, Flight, Layout
 from mirl.engines.paged.model import PagedModel
 from mirl.engines.paged.pages import OutOfPages, PagePool
 from mirl.engines.weights import end_ids, load_model, load_state, model_name
@@ -470,9 +468,10 @@ class PagedEngine:
             req.computed = end
         self.stats["prefill_tokens"] += len(ids)
         self.stats["prefill_passes"] += 1
-        for (req, _), row_logits in zip(done, logits):
+        for req, _ in done:
             prefilling.remove(req)
-            self._start_rows(req, row_logits)
+        if done:
+            self._start_rows([req for req, _ in done], logits)
         self.stats["prefill_s"] += time.perf_counter() - t0
 
     def _register_prompt(self, req: Request, end: int) -> None:
@@ -482,38 +481,46 @@ class PagedEngine:
         for j in range(req.computed // p, end // p):
             req.parent = self.pool.register(req.pages[j], req.parent, req.prompt[j * p:(j + 1) * p])
 
-    def _start_rows(self, req: Request, logits: torch.Tensor) -> None:
-        """The request's rows, from its prompt's last logits: the first token sampled, pages shared."""
-        n, p = len(req.prompt), self.page_size
-        seeds = [row_seed(req.seed, i) for i in req.indices]
-        k = len(seeds)
-        dev = self.device
-        with COMPILE_LOCK if self.compiled else nullcontext():  # compiled, and may compile for a new k
-            tok, lp = self._sample(logits[None].expand(k, -1), torch.tensor(seeds, dtype=torch.long, device=dev),
-                                   torch.zeros(k, dtype=torch.long, device=dev),
-                                   torch.full((k,), req.inv_temperature, device=dev),
-                                   torch.full((k,), req.top_p, device=dev), self.token_hash, req.top_p < 1)
-        toks, lps = tok.tolist(), lp.tolist()
-        full = n // p
-        for seed, t, logprob in zip(seeds, toks, lps):
-            pages = list(req.pages[:full])
-            for page in pages:
-                self.pool.hold(page)
-            if n % p:
-                own = self._take(req)
-                self.kv[:, own * p:own * p + n % p] = self.kv[:, req.pages[full] * p:req.pages[full] * p + n % p]
-                pages.append(own)
+    def _start_rows(self, reqs: list[Request], logits: torch.Tensor) -> None:
+        """The rows of the requests whose prompts are in, from their prompts' last logits (`logits[j]`
+        for reqs[j]): each row's first token sampled, the prompt's whole pages shared, its partial last
+        page copied; one device round trip for all of them."""
+        p = self.page_size
+        which, seeds, inv_t, top_p, copy_from, copy_to, starts = [], [], [], [], [], [], []
+        for j, req in enumerate(reqs):
+            n = len(req.prompt)
+            full, part = n // p, n % p
+            for i in req.indices:
+                pages = list(req.pages[:full])
+                for page in pages:
+                    self.pool.hold(page)
+                if part:
+                    own = self._take(req)
+                    copy_from.extend(range(req.pages[full] * p, req.pages[full] * p + part))
+                    copy_to.extend(range(own * p, own * p + part))
+                    pages.append(own)
+                seed = row_seed(req.seed, i)
+                which.append(j)
+                seeds.append(seed)
+                inv_t.append(req.inv_temperature)
+                top_p.append(req.top_p)
+                starts.append((req, seed, pages))
+        toks, lps = self.batch.first_tokens(logits, which, seeds, inv_t, top_p, copy_from, copy_to)
+        for (req, seed, pages), t, logprob in zip(starts, toks, lps):
+            n = len(req.prompt)
             row = Row(req=req, seed=seed, tokens=list(req.prompt), pages=pages, n=n, written=n, parent=req.parent,
-                      registered=full)
+                      registered=n // p)
             req.rows.append(row)
             self._accept(row, t, logprob)
-        self.pool.release(req.pages)
-        req.pages = []
-        req.t_first = time.perf_counter()
-        req.live = sum(not r.done for r in req.rows)
-        self.active.extend(r for r in req.rows if not r.done)
-        if req.live == 0:
-            self._finish(req)
+        now = time.perf_counter()
+        for req in reqs:
+            self.pool.release(req.pages)
+            req.pages = []
+            req.t_first = now
+            req.live = sum(not r.done for r in req.rows)
+            self.active.extend(r for r in req.rows if not r.done)
+            if req.live == 0:
+                self._finish(req)
 
     def _accept(self, row: Row, tok: int, lp: float) -> None:
         """A sampled token: kept, and the row ended when it is a stop id, a stop string or the last."""
@@ -541,15 +548,17 @@ class PagedEngine:
         """Lay the rows out again if they changed, give rows entering a new page that page, launch a step."""
         t0 = time.perf_counter()
         b, p, rows = self.batch, self.page_size, self.active
+        layout = None
         if len(rows) != len(self._laid) or any(a is not b for a, b in zip(rows, self._laid)):
             slot = {id(r): i for i, r in enumerate(self._laid)}
             kept = [r for r in rows if id(r) in slot]
             new = [r for r in rows if id(r) not in slot]
             order = kept + new
-            b.layout([slot[id(r)] for r in kept],
-                     [{"token": r.ids[-1], "pages": r.pages, "seed": r.seed, "inv_temperature": r.req.inv_temperature,
-                       "top_p": r.req.top_p} for r in new],
-                     [r.n for r in order], [r.planned for r in order])
+            layout = Layout(keep=[slot[id(r)] for r in kept], new_tokens=[r.ids[-1] for r in new],
+                            new_pages=[r.pages for r in new], positions=[r.n for r in order],
+                            steps=[r.planned for r in order], seeds=[r.seed for r in order],
+                            inv_temperature=[r.req.inv_temperature for r in order],
+                            top_p=[r.req.top_p for r in order])
             self.active, self._laid = order, list(order)
             self._nucleus = any(r.req.top_p < 1 for r in order)
         grown = []
@@ -559,9 +568,8 @@ class PagedEngine:
                 grown.append((i, len(row.pages) - 1, row.pages[-1]))
             row.n += 1
             row.planned += 1
-        b.grow(grown)
         t1 = time.perf_counter()
-        self._inflight.append(b.launch(self.active, self._nucleus))
+        self._inflight.append(b.launch(self.active, self._nucleus, grown, layout))
         self._launched += 1
         self.stats["steps"] += 1
         self.stats["row_steps"] += len(self.active)
@@ -574,7 +582,7 @@ class PagedEngine:
         """Read the oldest launched step back: keep its tokens, end rows, free what nothing uses now."""
         t0 = time.perf_counter()
         flight = self._inflight.pop(0)
-        toks, lps = flight.result()
+        toks, lps = self.batch.read(flight)
         t1 = time.perf_counter()
         self._read += 1
         p, ended = self.page_size, []
