@@ -183,6 +183,35 @@ def test_requests_whose_prompts_go_in_together_start_in_one_call_and_each_draws_
     solo.close()
 
 
+def test_a_failure_while_rows_start_fails_their_requests_and_the_engine_serves_on(checkpoint, monkeypatch):
+    """Rows start after their prompt's pass (their first tokens sampled): a failure there answers the
+    request with the error instead of leaving its caller waiting, and the next request is served."""
+    from mirl.engines.paged.batch import DeviceBatch
+
+    e = make(checkpoint)
+    ids = e.prompt_ids(TASK)
+
+    def boom(*a, **k):
+        raise RuntimeError("first tokens failed")
+
+    monkeypatch.setattr(DeviceBatch, "first_tokens", boom)
+    got: list = []
+
+    def call():
+        try:
+            e.generate_tokens(ids, [0, 1], max_tokens=4, temperature=1.0)
+        except RuntimeError as err:
+            got.append(str(err))
+
+    t = threading.Thread(target=call)
+    t.start()
+    t.join(30)
+    assert got == ["first tokens failed"]
+    monkeypatch.undo()
+    assert len(e.generate_tokens(ids, [0], max_tokens=4, temperature=0.0).samples[0].ids) == 4
+    e.close()
+
+
 def test_a_long_prompt_prefills_in_chunks_between_decode_steps(checkpoint):
     """A short request that starts decoding while a 400-token prompt prefills (16 tokens a step)
     finishes before that prompt is in: chunks of prefill do not stall the decoding rows."""

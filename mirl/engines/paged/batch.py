@@ -136,7 +136,8 @@ class DeviceBatch:
         self.sample, self.token_hash = sample, token_hash
         self.max_rows, self.max_seqs = max_rows, max_seqs
         # the prefill pass: up to prefill_tokens tokens, padded to a power of two with graphs
-        self.prefill_cap = 1 << max(0, (int(prefill_tokens) - 1).bit_length()) if graphs else int(prefill_tokens)
+        self.prefill_cap = max(PREFILL_BLOCK, 1 << max(0, (int(prefill_tokens) - 1).bit_length())) if graphs \
+            else int(prefill_tokens)
         dev, dt = self.device, pm.dtype
         cuda = dev.type == "cuda"
         self.clock = Clock()
@@ -229,6 +230,7 @@ class DeviceBatch:
         a[o + 2 * b + k:o + 2 * b + rows] = lay.new_tokens
         a[o + 3 * b:o + 3 * b + rows] = lay.positions
         a[o + 4 * b:o + 4 * b + rows] = [q + 1 for q in lay.positions]
+        a[o + 4 * b + rows:o + 5 * b] = 1  # padding attends to one position (0 would divide by zero)
         a[o + 5 * b:o + 5 * b + rows] = lay.steps
         a[o + 6 * b:o + 6 * b + rows] = lay.seeds
         fl = np.ones((2, b), dtype=np.float32)  # padding samples at T = 1 without top-p
@@ -302,8 +304,11 @@ class DeviceBatch:
         a[3 * k:4 * k], a[4 * k:5 * k] = float_bits(inv_temperature), float_bits(top_p)
         a[5 * k:5 * k + m], a[5 * k + m:5 * k + 2 * m] = copy_from, copy_to
         f = self.r_stage.send(5 * k + 2 * m)
-        if m:
-            self.kv[:, f[5 * k + m:5 * k + 2 * m]] = self.kv[:, f[5 * k:5 * k + m]]
+        per_slot = self.kv[:, 0].numel() * self.kv.element_size()
+        chunk = max(1, (64 << 20) // per_slot)  # the gather's temporary stays under 64 MiB
+        for c in range(0, m, chunk):
+            e = min(m, c + chunk)
+            self.kv[:, f[5 * k + m + c:5 * k + m + e]] = self.kv[:, f[5 * k + c:5 * k + e]]
         fl = f[3 * k:5 * k].to(torch.int32).view(torch.float32)
         with COMPILE_LOCK if self.compiled else nullcontext():  # compiled, and may compile for a new k
             tok, lp = self.sample(logits[f[:k]], f[k:2 * k], f[2 * k:3 * k], fl[:k], fl[k:], self.token_hash,

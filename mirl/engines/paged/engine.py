@@ -468,10 +468,10 @@ class PagedEngine:
             req.computed = end
         self.stats["prefill_tokens"] += len(ids)
         self.stats["prefill_passes"] += 1
+        if done:  # started before they leave `prefilling`: a failure there fails them with the pass
+            self._start_rows([req for req, _ in done], logits)
         for req, _ in done:
             prefilling.remove(req)
-        if done:
-            self._start_rows([req for req, _ in done], logits)
         self.stats["prefill_s"] += time.perf_counter() - t0
 
     def _register_prompt(self, req: Request, end: int) -> None:
@@ -555,7 +555,7 @@ class PagedEngine:
             new = [r for r in rows if id(r) not in slot]
             order = kept + new
             layout = Layout(keep=[slot[id(r)] for r in kept], new_tokens=[r.ids[-1] for r in new],
-                            new_pages=[r.pages for r in new], positions=[r.n for r in order],
+                            new_pages=[list(r.pages) for r in new], positions=[r.n for r in order],
                             steps=[r.planned for r in order], seeds=[r.seed for r in order],
                             inv_temperature=[r.req.inv_temperature for r in order],
                             top_p=[r.req.top_p for r in order])
