@@ -1,5 +1,5 @@
 """python3 benchmarks/gpu/engine_bench.py [--sections checks,attention,group,agents,contention,nano,handoff] [--quick]
-       [--shapes smollm2-135m,qwen3-1.7b]
+       [--shapes smollm2-135m,qwen3-1.7b] [--busy 0,8] [--intervals 0.005,0.0005]
 
 The continuous-batching engine (`mirl.engines.paged.PagedEngine`) on one GPU, randomly initialised
 models of published shapes (`shapes.py`) in bf16 with a word-level tokenizer. Sections, in one call:
@@ -306,7 +306,8 @@ def agents(e: PagedEngine, n: int, seed: int = 0, turns: int = 4, new: int = 128
             "mean_rows": round(d["row_steps"] / max(1, d["steps"]), 1), **d}
 
 
-def contention_rows(e: PagedEngine, name: str, n: int = 64, busy: tuple = (0, 8)) -> list[dict]:
+def contention_rows(e: PagedEngine, name: str, n: int = 64, busy: tuple = (0, 8),
+                    intervals: tuple = (0.005, 0.0005)) -> list[dict]:
     """`agents` at N episodes while B other threads run Python half the time (5 ms on, 5 ms off: what
     episode threads do between model calls: templates, tokenizing, reading sandbox output), at the
     interpreter's default 5 ms thread switch interval and at 0.5 ms. Every torch call of the engine's
@@ -316,7 +317,7 @@ def contention_rows(e: PagedEngine, name: str, n: int = 64, busy: tuple = (0, 8)
     agents(e, n, seed=99)  # first: the prefill sizes' and decode buckets' captures (a cold run's passes took 60 ms)
     out = []
     for b in busy:
-        for interval in (0.005, 0.0005):
+        for interval in intervals:
             stop = threading.Event()
 
             def spin(stop=stop):
@@ -476,6 +477,8 @@ def main() -> None:
     ap.add_argument("--sections", default="checks,attention,group,agents,prefill,nano,handoff")
     ap.add_argument("--quick", action="store_true", help="fewer sizes (a smoke run)")
     ap.add_argument("--shapes", default="smollm2-135m,qwen3-1.7b", help="model shapes of the engine sections")
+    ap.add_argument("--busy", default="0,8", help="contention: numbers of busy Python threads beside the episodes")
+    ap.add_argument("--intervals", default="0.005,0.0005", help="contention: thread switch intervals (s)")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     RESULTS["env"] = shapes.environment()
@@ -523,7 +526,8 @@ def main() -> None:
             if "prefill" in sections:
                 run("prefill", prefill_rows, e, name)
             if "contention" in sections and name == "smollm2-135m":
-                run("contention", contention_rows, e, name)
+                run("contention", contention_rows, e, name, 64, tuple(int(b) for b in args.busy.split(",")),
+                    tuple(float(i) for i in args.intervals.split(",")))
             if "handoff" in sections:
                 run("handoff", handoff_row, e, name)
             RESULTS.setdefault("kv_capacity", {})[name] = e.kv_capacity
