@@ -13,9 +13,9 @@ The kit's stages end to end on one GPU with the embedded policy (SmolLM2-135M-In
   groups up to `training.max_tries`; `--train-set training.max_tries=4` keeps it to one wave of 32
   rollouts (the issue's "32-rollout step"), and more steps than one show it after the engine's warm-up.
 
-`--switch-interval` sets Python's thread switch interval for the whole run (default 0.005 s): the engine's
-owner thread competes for the GIL with every episode thread, and a training step's prefill passes ran ~10x
-slower than alone in the 24-step run (benchmarks/gpu/NOTES.md). Every stage resumes, so a second call continues. Needs litellm and gguf (benchmarks/gpu/carry.py).
+`--switch-interval` sets Python's thread switch interval for the whole run: the engine's owner thread competes
+for the GIL with every episode thread, so the engine lowers it to 0.5 ms when it starts
+(`mirl.engines.paged.engine.SWITCH_INTERVAL`); a smaller value set here stays. Every stage resumes, so a second call continues. Needs litellm and gguf (benchmarks/gpu/carry.py).
 Full numbers in $OUT/e2e.json; a table last.
 """
 
@@ -60,7 +60,7 @@ def main() -> None:
                     help="a params override for the training steps, e.g. training.max_tries=4")
     ap.add_argument("--skip-rate", action="store_true")
     ap.add_argument("--switch-interval", type=float, default=None, metavar="S",
-                    help="sys.setswitchinterval for the run (Python's default: 0.005)")
+                    help="sys.setswitchinterval for the run (the engine lowers it to 0.0005 at most)")
     args = ap.parse_args()
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)

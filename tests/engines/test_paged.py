@@ -212,6 +212,29 @@ def test_a_failure_while_rows_start_fails_their_requests_and_the_engine_serves_o
     e.close()
 
 
+def test_an_engine_runs_its_process_at_a_short_thread_switch_interval(checkpoint):
+    """The owner thread waits for the GIL after every torch call: a process that starts an engine lowers
+    the switch interval (never raises it)."""
+    import sys
+
+    from mirl.engines.paged.engine import SWITCH_INTERVAL
+
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        e = make(checkpoint)
+        e.generate_tokens(e.prompt_ids(TASK), [0], max_tokens=2, temperature=0.0)
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL)
+        e.close()
+        sys.setswitchinterval(SWITCH_INTERVAL / 5)
+        e = make(checkpoint)
+        e.generate_tokens(e.prompt_ids(TASK), [0], max_tokens=2, temperature=0.0)
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL / 5)
+        e.close()
+    finally:
+        sys.setswitchinterval(before)
+
+
 def test_a_long_prompt_prefills_in_chunks_between_decode_steps(checkpoint):
     """A short request that starts decoding while a 400-token prompt prefills (16 tokens a step)
     finishes before that prompt is in: chunks of prefill do not stall the decoding rows."""

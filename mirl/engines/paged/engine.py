@@ -31,6 +31,7 @@ from __future__ import annotations
 import atexit
 import logging
 import queue
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -58,6 +59,11 @@ from mirl.engines.weights import end_ids, load_model, load_state, model_name
 
 log = logging.getLogger(__name__)
 _SIZING_LOCK = threading.Lock()  # KV pools sized from free memory, one engine at a time
+# The owner thread takes the GIL back after every torch call; while other threads run Python it waits up to
+# the interpreter's switch interval each time (5 ms by default). Measured on an H100 (benchmarks/gpu/NOTES.md,
+# v7): 64 episodes beside 2 busy Python threads at 5 ms got 886 tokens/s, beside 8 at 0.5 ms 2,191, and
+# without them 17,276 at 5 ms and 17,772 at 0.5 ms. So a process that starts an engine runs at 0.5 ms at most.
+SWITCH_INTERVAL = 0.0005
 
 
 
@@ -264,6 +270,10 @@ class PagedEngine:
     def _ensure_thread(self) -> None:
         with self._start_lock:
             if self._thread is None or not self._thread.is_alive():
+                if sys.getswitchinterval() > SWITCH_INTERVAL:
+                    log.info("paged engine: thread switch interval %.4f s -> %.4f s", sys.getswitchinterval(),
+                             SWITCH_INTERVAL)
+                    sys.setswitchinterval(SWITCH_INTERVAL)
                 self._thread = threading.Thread(target=self._loop, name="mirl-paged-engine", daemon=True)
                 self._thread.start()
                 atexit.register(self.close)
