@@ -1,7 +1,8 @@
 """python benchmarks/engine_host_calls.py [--episodes 32] [--turns 3] [--repo PATH] [--detail]
 
 How many torch calls the paged engine's host code makes per decode step and per prefill pass, on a CPU
-with a tiny random model (deterministic: counts, not times; no GPU needed).
+with a tiny random model (deterministic: counts, not times; no GPU needed); what is counted is in
+`tests/engines/host_calls.py`.
 
 Why count them: every torch call releases the GIL and takes it back, and while episode threads run
 Python, taking it back waits up to the thread switch interval (5 ms by default). On a GPU the model's
@@ -25,11 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import tempfile
-import threading
-from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,112 +40,16 @@ def main() -> None:
     ap.add_argument("--repo", default=str(REPO), help="the checkout whose mirl is measured")
     ap.add_argument("--detail", action="store_true", help="every call site with its count")
     args = ap.parse_args()
-    sys.path.insert(0, str(REPO))  # tests.engines.tiny
-    sys.path.insert(0, str(Path(args.repo).resolve()))
-    from torch.overrides import TorchFunctionMode
-
-    from mirl.engines.paged import batch as batch_mod
-    from mirl.engines.paged import engine as engine_mod
+    sys.path.insert(0, str(REPO))
+    from tests.engines.host_calls import host_calls  # this checkout's (they import mirl when called)
     from tests.engines.tiny import tiny_checkpoint
 
-    host_files = {batch_mod.__file__, engine_mod.__file__}
-    counts: Counter = Counter()
-    where: Counter = Counter()  # by phase, function, line and torch function
-    inside = threading.local()
-
-    class Count(TorchFunctionMode):
-        def __torch_function__(self, func, types, a=(), kw=None):
-            if not getattr(inside, "run", False):
-                caller = sys._getframe(1)
-                while caller is not None and "/torch/" in caller.f_code.co_filename:
-                    caller = caller.f_back
-                if caller is not None and caller.f_code.co_filename in host_files:
-                    counts[getattr(inside, "phase", "other")] += 1
-                    where[f"{getattr(inside, 'phase', 'other')} {caller.f_code.co_name}:{caller.f_lineno} {func.__name__}"] += 1
-            return func(*a, **(kw or {}))
-
-    run = batch_mod.DeviceBatch._run
-
-    def counted_run(self, key, step):
-        counts[getattr(inside, "phase", "other")] += 1  # the replay of the step's graph on a GPU
-        counts[f"{key[0]} graphs"] += 1
-        inside.run = True
-        try:
-            return run(self, key, step)
-        finally:
-            inside.run = False
-
-    batch_mod.DeviceBatch._run = counted_run
-    sample = engine_mod.sampler.sample
-
-    def counted_sample(*a, **kw):  # the first tokens' sampler: one compiled call on a GPU
-        was = getattr(inside, "run", False)
-        if not was:
-            counts[getattr(inside, "phase", "other")] += 1
-        inside.run = True
-        try:
-            return sample(*a, **kw)
-        finally:
-            inside.run = was
-
-    engine_mod.sampler.sample = counted_sample
-
-    def phase(name, fn):
-        def wrapped(self, *a, **kw):
-            inside.phase = name
-            try:
-                return fn(self, *a, **kw)
-            finally:
-                inside.phase = "other"
-        return wrapped
-
-    E = engine_mod.PagedEngine
-    # a decode step: its launch and its read-back; a prefill pass: the pass and its rows' first tokens
-    E._launch, E._collect, E._prefill_pass = (phase("decode", E._launch), phase("decode", E._collect),
-                                              phase("prefill", E._prefill_pass))
-    serve = E._serve
-
-    def counted_serve(self):
-        with Count():
-            return serve(self)
-
-    E._serve = counted_serve
+    sys.path.insert(0, str(Path(args.repo).resolve()))  # then mirl from --repo
+    assert "mirl" not in sys.modules
 
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = tiny_checkpoint(Path(tmp), "qwen3")
-        e = engine_mod.PagedEngine(ckpt, device="cpu", dtype="float32", page_size=16, kv_tokens=1 << 16,
-                                   prefill_tokens=512)
-        rng = random.Random(0)
-        vocab = e.pm.vocab
-
-        def ids(n):
-            return [rng.randrange(10, vocab) for _ in range(n)]
-
-        starts = [ids(rng.randrange(60, 200)) for _ in range(args.episodes)]
-        observations = [[ids(rng.randrange(10, 40)) for _ in range(args.turns)] for _ in range(args.episodes)]
-
-        def episode(i):
-            prompt = list(starts[i])
-            for t in range(args.turns):
-                s = e.generate_tokens(prompt, [0], max_tokens=24, temperature=1.0, seed=i, stop_ids=[]).samples[0]
-                prompt += s.ids + observations[i][t]
-
-        threads = [threading.Thread(target=episode, args=(i,)) for i in range(args.episodes)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        stats = dict(e.stats)
-        e.close()
-    decode, prefill = counts["decode graphs"], counts["prefill graphs"]
-    out = {"repo": Path(args.repo).resolve().name, "episodes": args.episodes, "turns": args.turns,
-           "decode_steps": decode, "prefill_passes": prefill, "requests": stats["requests"],
-           "host_calls_per_decode_step": round(counts["decode"] / max(1, decode), 2),
-           "host_calls_per_prefill_pass": round(counts["prefill"] / max(1, prefill), 2),
-           "other_host_calls": counts["other"]}
-    if args.detail:
-        out["calls"] = dict(where.most_common())
-    print(json.dumps(out))
+        out = host_calls(tiny_checkpoint(Path(tmp), "qwen3"), args.episodes, args.turns, args.detail)
+    print(json.dumps({"repo": Path(args.repo).resolve().name, **out}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,135 @@
+"""The torch calls the paged engine's host code makes on its owner thread, counted on a CPU.
+
+Every torch call gives the GIL away and takes it back, which costs up to the thread switch interval
+while other threads run Python; on a GPU a step's forward and sampler are one CUDA graph replay, so what
+the owner thread pays a step is about the calls its host code makes outside the captured step. Counted
+here: torch functions, tensor methods and indexing called from `mirl/engines/paged/engine.py` or
+`batch.py` on the owner thread, outside `DeviceBatch._run` (the replay counts as one) and outside the
+first tokens' sampler (one compiled call on a GPU, counted as one); by phase: a decode step (its launch
+and read-back), a prefill pass (with its rows' first tokens). Used by `benchmarks/engine_host_calls.py`
+and `tests/engines/test_paged.py`.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from collections import Counter
+from contextlib import contextmanager
+
+
+@contextmanager
+def counting():
+    """Patches the engine classes for the duration; yields (counts by phase, counts by call site)."""
+    from torch.overrides import TorchFunctionMode
+
+    from mirl.engines.paged import batch as batch_mod
+    from mirl.engines.paged import engine as engine_mod
+
+    host_files = {batch_mod.__file__, engine_mod.__file__}
+    counts: Counter = Counter()
+    where: Counter = Counter()
+    inside = threading.local()
+
+    def phase_now() -> str:
+        return getattr(inside, "phase", "other")
+
+    class Count(TorchFunctionMode):
+        def __torch_function__(self, func, types, a=(), kw=None):
+            if not getattr(inside, "run", False):
+                caller = sys._getframe(1)
+                while caller is not None and "/torch/" in caller.f_code.co_filename:
+                    caller = caller.f_back
+                if caller is not None and caller.f_code.co_filename in host_files:
+                    counts[phase_now()] += 1
+                    where[f"{phase_now()} {caller.f_code.co_name}:{caller.f_lineno} {func.__name__}"] += 1
+            return func(*a, **(kw or {}))
+
+    def as_one(fn, graphs_key=False):
+        def wrapped(*a, **kw):
+            was = getattr(inside, "run", False)
+            if not was:
+                counts[phase_now()] += 1
+                if graphs_key:
+                    counts[f"{a[1][0]} graphs"] += 1
+            inside.run = True
+            try:
+                return fn(*a, **kw)
+            finally:
+                inside.run = was
+        return wrapped
+
+    def phase(name, fn):
+        def wrapped(self, *a, **kw):
+            inside.phase = name
+            try:
+                return fn(self, *a, **kw)
+            finally:
+                inside.phase = "other"
+        return wrapped
+
+    E, B = engine_mod.PagedEngine, batch_mod.DeviceBatch
+    saved = (B._run, engine_mod.sampler.sample, E._launch, E._collect, E._prefill_pass, E._serve)
+    serve = E._serve
+
+    def counted_serve(self):
+        with Count():
+            return serve(self)
+
+    B._run = as_one(B._run, graphs_key=True)
+    engine_mod.sampler.sample = as_one(engine_mod.sampler.sample)  # an engine made from now on samples with it
+    E._launch, E._collect = phase("decode", E._launch), phase("decode", E._collect)
+    E._prefill_pass = phase("prefill", E._prefill_pass)
+    E._serve = counted_serve
+    try:
+        yield counts, where
+    finally:
+        B._run, engine_mod.sampler.sample, E._launch, E._collect, E._prefill_pass, E._serve = saved
+
+
+def agents_in_small(engine, episodes: int, turns: int, seed: int = 0) -> None:
+    """`episodes` threads, each its own prompt, `turns` turns of up to 24 sampled tokens with an observation
+    appended between turns."""
+    rng = random.Random(seed)
+    vocab = engine.pm.vocab
+
+    def ids(n):
+        return [rng.randrange(10, vocab) for _ in range(n)]
+
+    starts = [ids(rng.randrange(60, 200)) for _ in range(episodes)]
+    observations = [[ids(rng.randrange(10, 40)) for _ in range(turns)] for _ in range(episodes)]
+
+    def episode(i):
+        prompt = list(starts[i])
+        for t in range(turns):
+            s = engine.generate_tokens(prompt, [0], max_tokens=24, temperature=1.0, seed=i, stop_ids=[]).samples[0]
+            prompt += s.ids + observations[i][t]
+
+    threads = [threading.Thread(target=episode, args=(i,)) for i in range(episodes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def host_calls(checkpoint, episodes: int = 32, turns: int = 3, detail: bool = False) -> dict:
+    """Host torch calls per decode step and per prefill pass of `agents_in_small` on a CPU engine."""
+    from mirl.engines.paged import engine as engine_mod
+
+    with counting() as (counts, where):
+        e = engine_mod.PagedEngine(checkpoint, device="cpu", dtype="float32", page_size=16, kv_tokens=1 << 16,
+                                   prefill_tokens=512)
+        try:
+            agents_in_small(e, episodes, turns)
+            requests = e.stats["requests"]
+        finally:
+            e.close()
+    decode, prefill = counts["decode graphs"], counts["prefill graphs"]
+    out = {"episodes": episodes, "turns": turns, "decode_steps": decode, "prefill_passes": prefill,
+           "requests": requests, "host_calls_per_decode_step": round(counts["decode"] / max(1, decode), 2),
+           "host_calls_per_prefill_pass": round(counts["prefill"] / max(1, prefill), 2),
+           "other_host_calls": counts["other"]}
+    if detail:
+        out["calls"] = dict(where.most_common())
+    return out
