@@ -1,4 +1,4 @@
-"""python benchmarks/engine_host_calls.py [--episodes 32] [--turns 3] [--repo PATH] [--detail]
+"""python benchmarks/engine_host_calls.py [--episodes 32] [--turns 3] [--repo PATH] [--detail] [--workload agents]
 
 How many torch calls the paged engine's host code makes per decode step and per prefill pass, on a CPU
 with a tiny random model (deterministic: counts, not times; no GPU needed); what is counted is in
@@ -39,6 +39,8 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--repo", default=str(REPO), help="the checkout whose mirl is measured")
     ap.add_argument("--detail", action="store_true", help="every call site with its count")
+    ap.add_argument("--workload", choices=("agents", "together"), default="agents",
+                    help="together: --episodes one-turn requests that go in in one pass (tests/engines/host_calls.py)")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
     from tests.engines.host_calls import host_calls  # this checkout's (they import mirl when called)
@@ -48,7 +50,8 @@ def main() -> None:
     assert "mirl" not in sys.modules
 
     with tempfile.TemporaryDirectory() as tmp:
-        out = host_calls(tiny_checkpoint(Path(tmp), "qwen3"), args.episodes, args.turns, args.detail)
+        out = host_calls(tiny_checkpoint(Path(tmp), "qwen3"), args.episodes, args.turns, args.detail,
+                         args.workload)
     print(json.dumps({"repo": Path(args.repo).resolve().name, **out}))
 
 

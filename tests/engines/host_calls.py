@@ -113,15 +113,43 @@ def agents_in_small(engine, episodes: int, turns: int, seed: int = 0) -> None:
         t.join()
 
 
-def host_calls(checkpoint, episodes: int = 32, turns: int = 3, detail: bool = False) -> dict:
-    """Host torch calls per decode step and per prefill pass of `agents_in_small` on a CPU engine."""
+def together(engine, requests: int, seed: int = 0) -> None:
+    """`requests` one-row requests of 24 tokens, all queued before the owner thread starts: they go in in
+    one prefill pass, decode side by side and leave at the same step (two layouts in all), so the counts
+    do not depend on how the threads happen to be scheduled."""
+    import time
+
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(10, engine.pm.vocab) for _ in range(rng.randrange(60, 200))] for _ in range(requests)]
+    start = engine._ensure_thread
+    engine._ensure_thread = lambda: None  # held back until every request is queued
+    threads = [threading.Thread(target=engine.generate_tokens, args=(p, [0]),
+                                kwargs={"max_tokens": 24, "temperature": 1.0, "seed": i, "stop_ids": []})
+               for i, p in enumerate(prompts)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 4  # callers take a missing owner thread for a dead one after 5 s
+    while engine._queue.qsize() < requests and time.monotonic() < deadline:
+        time.sleep(0.01)
+    del engine._ensure_thread
+    start()
+    for t in threads:
+        t.join()
+
+
+def host_calls(checkpoint, episodes: int = 32, turns: int = 3, detail: bool = False, workload: str = "agents") -> dict:
+    """Host torch calls per decode step and per prefill pass on a CPU engine: `agents_in_small`, or
+    `together` (`episodes` requests; `turns` unused)."""
     from mirl.engines.paged import engine as engine_mod
 
     with counting() as (counts, where):
         e = engine_mod.PagedEngine(checkpoint, device="cpu", dtype="float32", page_size=16, kv_tokens=1 << 16,
-                                   prefill_tokens=512)
+                                   prefill_tokens=512 if workload == "agents" else 8192)
         try:
-            agents_in_small(e, episodes, turns)
+            if workload == "agents":
+                agents_in_small(e, episodes, turns)
+            else:
+                together(e, episodes)
             requests = e.stats["requests"]
         finally:
             e.close()
