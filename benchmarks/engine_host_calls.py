@@ -12,7 +12,7 @@ counts exactly those: torch functions, tensor methods and indexing called from `
 engine.py` or `batch.py` on the owner thread, outside `DeviceBatch._run` (whose step is the graph on a
 GPU; it counts as one call, the replay) and outside the sampler of the first tokens (one compiled call on a
 GPU, counted as one). The CPU path skips the pinned copies and events a GPU makes
-(about 3 a decode step: the output copy, its event, the wait), so a GPU's counts are a little higher;
+(about 6 a decode step: the staging copy, the output copy, its event, the wait), so a GPU's counts are a little higher;
 indexing and views are counted too, though not every one of them gives the GIL away.
 
 The workload: `--episodes` threads, each its own prompt, `--turns` turns of up to 24 tokens with an

@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import sys
 import threading
+import time
 from collections import Counter
 from contextlib import contextmanager
 
@@ -62,11 +63,11 @@ def counting():
 
     def phase(name, fn):
         def wrapped(self, *a, **kw):
-            inside.phase = name
+            was, inside.phase = phase_now(), name
             try:
                 return fn(self, *a, **kw)
             finally:
-                inside.phase = "other"
+                inside.phase = was
         return wrapped
 
     E, B = engine_mod.PagedEngine, batch_mod.DeviceBatch
@@ -77,12 +78,12 @@ def counting():
         with Count():
             return serve(self)
 
-    B._run = as_one(B._run, graphs_key=True)
-    engine_mod.sampler.sample = as_one(engine_mod.sampler.sample)  # an engine made from now on samples with it
-    E._launch, E._collect = phase("decode", E._launch), phase("decode", E._collect)
-    E._prefill_pass = phase("prefill", E._prefill_pass)
-    E._serve = counted_serve
     try:
+        B._run = as_one(B._run, graphs_key=True)
+        engine_mod.sampler.sample = as_one(engine_mod.sampler.sample)  # engines made inside sample with it
+        E._launch, E._collect = phase("decode", E._launch), phase("decode", E._collect)
+        E._prefill_pass = phase("prefill", E._prefill_pass)
+        E._serve = counted_serve
         yield counts, where
     finally:
         B._run, engine_mod.sampler.sample, E._launch, E._collect, E._prefill_pass, E._serve = saved
@@ -115,10 +116,8 @@ def agents_in_small(engine, episodes: int, turns: int, seed: int = 0) -> None:
 
 def together(engine, requests: int, seed: int = 0) -> None:
     """`requests` one-row requests of 24 tokens, all queued before the owner thread starts: they go in in
-    one prefill pass, decode side by side and leave at the same step (two layouts in all), so the counts
+    one prefill pass, decode side by side and leave at the same step (one layout in all), so the counts
     do not depend on how the threads happen to be scheduled."""
-    import time
-
     rng = random.Random(seed)
     prompts = [[rng.randrange(10, engine.pm.vocab) for _ in range(rng.randrange(60, 200))] for _ in range(requests)]
     start = engine._ensure_thread
@@ -126,15 +125,19 @@ def together(engine, requests: int, seed: int = 0) -> None:
     threads = [threading.Thread(target=engine.generate_tokens, args=(p, [0]),
                                 kwargs={"max_tokens": 24, "temperature": 1.0, "seed": i, "stop_ids": []})
                for i, p in enumerate(prompts)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 4  # callers take a missing owner thread for a dead one after 5 s
-    while engine._queue.qsize() < requests and time.monotonic() < deadline:
-        time.sleep(0.01)
-    del engine._ensure_thread
-    start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 4  # callers take a missing owner thread for a dead one after 5 s
+        while engine._queue.qsize() < requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if engine._queue.qsize() < requests:
+            raise RuntimeError(f"{engine._queue.qsize()} of {requests} requests queued in 4 s")
+    finally:
+        del engine._ensure_thread
+        start()
+        for t in threads:
+            t.join()
 
 
 def host_calls(checkpoint, episodes: int = 32, turns: int = 3, detail: bool = False, workload: str = "agents") -> dict:

@@ -245,8 +245,8 @@ def test_the_host_side_of_a_step_and_of_a_pass_makes_few_torch_calls(checkpoint)
 
     got = host_calls(checkpoint, episodes=16, workload="together")
     assert got["requests"] == 16 and got["prefill_passes"] == 1 and got["decode_steps"] == 24, got
-    assert got["host_calls_per_decode_step"] <= 8, got
-    assert got["host_calls_per_prefill_pass"] <= 30, got
+    assert 3 <= got["host_calls_per_decode_step"] <= 8, got  # at least the replay and the read-back: counted
+    assert 5 <= got["host_calls_per_prefill_pass"] <= 30, got
 
 
 def test_a_long_prompt_prefills_in_chunks_between_decode_steps(checkpoint):

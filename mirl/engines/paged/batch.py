@@ -115,7 +115,7 @@ class Flight:
     """A launched decode step whose tokens (and their logprobs) are on their way back."""
 
     rows: list[Any]  # the engine's rows, in slot order
-    out: torch.Tensor  # [bucket, 2] float64: token id, logprob (pinned host memory on a GPU)
+    out: torch.Tensor  # [>= rows, 2] float64: token id, logprob per slot (a pinned ring buffer on a GPU)
     mark: int  # the clock when it was launched
     event: Any = None
 

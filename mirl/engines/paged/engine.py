@@ -61,8 +61,9 @@ log = logging.getLogger(__name__)
 _SIZING_LOCK = threading.Lock()  # KV pools sized from free memory, one engine at a time
 # The owner thread takes the GIL back after every torch call; while other threads run Python it waits up to
 # the interpreter's switch interval each time (5 ms by default). Measured on an H100 (benchmarks/gpu/NOTES.md,
-# v7): 64 episodes beside 2 busy Python threads at 5 ms got 886 tokens/s, beside 8 at 0.5 ms 2,191, and
-# without them 17,276 at 5 ms and 17,772 at 0.5 ms. So a process that starts an engine runs at 0.5 ms at most.
+# v7): 64 episodes beside 8 busy Python threads got 2,191 tokens/s at 0.5 ms and did not finish in ~2 minutes
+# at 5 ms; without them 17,276 at 5 ms and 17,772 at 0.5 ms. So a process that starts an engine runs at 0.5 ms
+# at most (set when the owner thread starts, never raised, not restored).
 SWITCH_INTERVAL = 0.0005
 
 
