@@ -156,8 +156,7 @@ class DeviceBatch:
         self.out_events = [torch.cuda.Event() for _ in range(RING)] if cuda else []
         self._out_i = 0
         self.attn_out = torch.zeros(r + 1, pm.heads, pm.dim, dtype=dt, device=dev)
-        self.rows = 0  # rows laid out in the buffers (slots 0..rows-1), padded to `bucket`
-        self.bucket = 0
+        self.bucket = 0  # the rows laid out in the buffers, padded to this
         # a decode step's staging: the page-table entries rows move into (3 x bucket), then a new layout
         self.s_stage = Staging(3 * r + 9 * r + r * width, dev, self.clock)
         # prefill: per token (id, position, slot); per sequence (q_start, q_len, ctx) and page table, plus
@@ -256,7 +255,7 @@ class DeviceBatch:
         if new:
             table[kept:rows] = f[o + 9 * b:o + 9 * b + new * w].view(new, w)
         self.table[:b] = table
-        self.rows, self.bucket = rows, bucket
+        self.bucket = bucket
 
     def _decode(self, bucket: int, nucleus: bool) -> None:
         """Give rows entering a page that page, feed each row's token, sample the next, and advance the

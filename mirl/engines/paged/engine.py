@@ -353,7 +353,7 @@ class PagedEngine:
         if self.pool is not None:
             self.pool = PagePool(self.pool.num_pages, self.page_size)
         if self.batch is not None:
-            self.batch.rows = self.batch.bucket = 0
+            self.batch.bucket = 0
 
     def _refuse_late(self) -> None:
         while True:
