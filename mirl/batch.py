@@ -39,11 +39,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from mirl import notebook as nbrun
-from mirl.notebook import RESERVED, RunSpec, execute, kernel_name, notebook_meta, redact_secrets, resolve_parameters
+from mirl.batch_jobs import Failure, Job, run_at_once, run_job
+from mirl.notebook import RESERVED, RunSpec, kernel_name, notebook_meta, redact_secrets, resolve_parameters
 from mirl.runner.fingerprint import digest, flatten
 from mirl.runner.layout import RunDir, atomic_write_json
-from mirl.runner.progress import ENV, PROGRESS
+from mirl.runner.progress import PROGRESS
 from mirl.typed import ParamsError
 
 STATE = "batch.json"
@@ -174,6 +174,7 @@ class BatchSpec:
     first: str | None = None
     last: str | None = None
     recipes: list[str] | None = None  # the recipes whose training runs (None: every one)
+    parallel: int = 1  # recipes' trainings run at once, each in a process of its own (1: one after another)
     line_every_s: float | None = None  # None: 0.5 s in place on a terminal, 10 s otherwise
 
     @property
@@ -271,10 +272,11 @@ def progress_line(prefix: str, progress: dict[str, Any] | None, elapsed: float) 
 class LiveLine(threading.Thread):
     """Polls a stage's progress file and redraws its line until stopped."""
 
-    def __init__(self, prefix: str, path: Path, out: TextIO, every_s: float | None):
+    def __init__(self, prefix: str, path: Path, out: TextIO, every_s: float | None, in_place: bool | None = None):
         super().__init__(daemon=True)
         self.prefix, self.path, self.out = prefix, path, out
-        self.tty = bool(getattr(out, "isatty", lambda: False)())
+        tty = bool(getattr(out, "isatty", lambda: False)())
+        self.tty = tty if in_place is None else in_place and tty
         self.every_s = every_s if every_s is not None else (0.5 if self.tty else 10.0)
         self.t0 = time.monotonic()
         self._stop_event = threading.Event()
@@ -310,36 +312,6 @@ class LiveLine(threading.Thread):
 
 
 @contextlib.contextmanager
-def _kernel_env(values: dict[str, str]):
-    """Environment variables the kernel inherits (it is started from this process)."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-@contextlib.contextmanager
-def _stderr_to(log: TextIO):
-    """File descriptor 2 into the stage's log while its kernel runs: the kernel process inherits it, so
-    what it writes outside any cell (start-up warnings, native libraries, a crash) lands there too."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    os.dup2(log.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-@contextlib.contextmanager
 def _lock(run_dir: Path):
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / LOCK, "a+") as f:
@@ -352,38 +324,6 @@ def _lock(run_dir: Path):
         f.write(f"{os.getpid()}\n")
         f.flush()
         yield
-
-
-def failure_text(nb: Notebook | Unit, error: BaseException, output: Path, timeout_s: int) -> str:
-    """One paragraph: which notebook, which cell, what went wrong."""
-    import nbclient.exceptions as nbx
-    import papermill
-
-    if isinstance(error, papermill.PapermillExecutionError):
-        what = f"failed in cell {error.exec_count}: {error.ename}: {error.evalue}"
-    elif isinstance(error, nbx.DeadKernelError):
-        what = f"the kernel died while running {_running_cell(output)} ({error}); a cell that exits the " \
-               "process, a crash in native code, or the machine running out of memory (dmesg says which)"
-    elif isinstance(error, nbx.CellTimeoutError):
-        what = f"{_running_cell(output)} ran longer than the cell timeout ({timeout_s} s; raise it with --cell-timeout)"
-    else:
-        what = f"could not run: {type(error).__name__}: {error}"
-    return f"stage {nb.label} ({nb.path}) {what}"
-
-
-def _running_cell(output: Path) -> str:
-    """The cell that was running when the kernel went away, from papermill's cell metadata."""
-    try:
-        cells = json.loads(output.read_text())["cells"]
-    except (OSError, ValueError, KeyError):
-        return "a cell"
-    started = [(i, c) for i, c in enumerate(cells) if (c.get("metadata", {}).get("papermill") or {}).get("start_time")]
-    if not started:
-        return "a cell"
-    i, cell = started[-1]
-    first = "".join(cell.get("source", "")).strip().splitlines()[:1]
-    count = cell.get("execution_count")
-    return f"cell {count if count is not None else f'#{i + 1}'}" + (f" ({first[0][:60]!r})" if first else "")
 
 
 def export_html(notebook: Path) -> Path | None:
@@ -402,6 +342,20 @@ def export_html(notebook: Path) -> Path | None:
     html.write_text(body, encoding="utf-8")
     redact_secrets(html)
     return html
+
+
+def _groups(chosen: list[Unit], parallel: int) -> list[list[Unit]]:
+    """The units in the order they run: consecutive recipes' trainings in groups of up to `parallel`
+    that run at once, every other unit alone."""
+    out: list[list[Unit]] = []
+    for u in chosen:
+        last = out[-1] if out else []
+        if u.recipe is not None and last and last[-1].recipe is not None and last[-1].nb == u.nb \
+                and len(last) < max(1, parallel):
+            last.append(u)
+        else:
+            out.append([u])
+    return out
 
 
 def _plan(spec: BatchSpec) -> tuple[list[Notebook], str, list[Any], list[Unit], dict[str, dict[str, Any]]]:
@@ -477,80 +431,93 @@ def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
         print(f"batch {spec.run_name}: {len(chosen)} stage(s) ({', '.join(u.label for u in chosen)}), "
               f"kernel {kernel}, data in {spec.run_dir}, reports in {reports}", file=out, flush=True)
         t_batch = time.monotonic()
-        for n, u in enumerate(chosen, 1):
-            nb = u.nb
-            prefix = f"[{n}/{len(chosen)}] {u.label}"
-            before = every[:every.index(u)]
-            inputs = {b.key: input_stamp(state["stages"].get(b.key)) for b in before if b.nb != nb}
-            own = params_digest(resolved[u.key])
-            want = stage_digest(own, inputs)
-            entry = state["stages"].get(u.key)
-            previous = dict(entry or {})
-            unit_run = RunDir(Path(spec.runs_root) / u.run_name(spec.run_name))
-            unit_reports = Path(spec.reports_root) / u.run_name(spec.run_name)
-            why = skip_reason(nb, entry, want, unit_run, unit_reports)
-            if why:
-                print(f"{prefix}  skipped: {why} ({unit_run.stage_dir(nb.stage)})", file=out, flush=True)
-                outcome.skipped.append(u.key)
-                continue
-            # overwrite only outputs made with other params; a stage resumed with its own params keeps its items
-            force = spec.force and not (entry and entry.get("digest") == want)
-            started = datetime.now(UTC).isoformat(timespec="seconds")
-            output = unit_reports / nb.path.name
-            logs = reports / "logs"
-            logs.mkdir(parents=True, exist_ok=True)
-            log_path = logs / f"{u.key.replace(':', '-')}.log"
-            state["stages"][u.key] = {"number": nb.number, "stage": nb.stage, "recipe": u.recipe and u.recipe.name,
-                                      "notebook": output.relative_to(reports).as_posix(),
-                                      "log": log_path.relative_to(reports).as_posix(), "params_digest": own,
-                                      "inputs": inputs, "digest": want, "complete": False, "status": "running",
-                                      "started": started, "elapsed_s": None, "error": None, "forced": force}
-            atomic_write_json(state_path, state)
-            progress = unit_run.file(nb.stage, PROGRESS)
-            progress.unlink(missing_ok=True)
-            line = LiveLine(prefix, progress, out, spec.line_every_s)
-            t0 = time.monotonic()
-            error: BaseException | None = None
-            with open(log_path, "a", encoding="utf-8") as log, _kernel_env({ENV: "file", nbrun.LOG_ENV: str(log_path.resolve())}), _stderr_to(log):
-                log.write(f"=== {started} stage {u.label}: {nb.path} (kernel {kernel}, params {own}) ===\n")
-                log.flush()
+        lock = threading.Lock()  # the record and the index are written from one place at a time
+        for group in _groups(chosen, spec.parallel):
+            jobs: dict[Job, tuple[Unit, LiveLine, float, dict[str, Any]]] = {}
+            for u in group:
+                prefix = f"[{chosen.index(u) + 1}/{len(chosen)}] {u.label}"
+                before = every[:every.index(u)]
+                inputs = {b.key: input_stamp(state["stages"].get(b.key)) for b in before if b.nb != u.nb}
+                own = params_digest(resolved[u.key])
+                want = stage_digest(own, inputs)
+                entry = state["stages"].get(u.key)
+                previous = dict(entry or {})
+                unit_run = RunDir(Path(spec.runs_root) / u.run_name(spec.run_name))
+                unit_reports = Path(spec.reports_root) / u.run_name(spec.run_name)
+                why = skip_reason(u.nb, entry, want, unit_run, unit_reports)
+                if why:
+                    print(f"{prefix}  skipped: {why} ({unit_run.stage_dir(u.nb.stage)})", file=out, flush=True)
+                    outcome.skipped.append(u.key)
+                    continue
+                # overwrite only outputs made with other params; a stage resumed with its own params keeps its items
+                force = spec.force and not (entry and entry.get("digest") == want)
+                started = datetime.now(UTC).isoformat(timespec="seconds")
+                output = unit_reports / u.nb.path.name
+                logs = reports / "logs"
+                logs.mkdir(parents=True, exist_ok=True)
+                log_path = logs / f"{u.key.replace(':', '-')}.log"
+                state["stages"][u.key] = {"number": u.nb.number, "stage": u.nb.stage,
+                                          "recipe": u.recipe and u.recipe.name,
+                                          "notebook": output.relative_to(reports).as_posix(),
+                                          "log": log_path.relative_to(reports).as_posix(), "params_digest": own,
+                                          "inputs": inputs, "digest": want, "complete": False, "status": "running",
+                                          "started": started, "elapsed_s": None, "error": None, "forced": force}
+                atomic_write_json(state_path, state)
+                progress = unit_run.file(u.nb.stage, PROGRESS)
+                progress.unlink(missing_ok=True)
+                job = Job(label=u.label, notebook=u.nb.path, spec=_run_spec(spec, u, kernel, force), log_path=log_path,
+                          output=output, started=started, params_digest=own)
+                # lines of units running at once are printed one under another, not redrawn in place
+                line = LiveLine(prefix, progress, out, spec.line_every_s, in_place=None if len(group) == 1 else False)
+                jobs[job] = (u, line, time.monotonic(), previous)
+
+            def done(job: Job, failure: Failure | None, jobs=jobs) -> bool:
+                u, line, t0, previous = jobs[job]
+                elapsed = round(time.monotonic() - t0, 3)
+                unit_run = RunDir(Path(spec.runs_root) / u.run_name(spec.run_name))
+                with lock:
+                    entry = state["stages"][u.key]
+                    entry["elapsed_s"] = elapsed
+                    if job.output.exists():
+                        export_html(job.output)
+                    if failure is not None:
+                        entry.update(status="failed", error=failure.text)
+                        if failure.ename == "ParamsMismatch":  # refused: its outputs are still the old ones
+                            entry["digest"] = previous.get("digest")
+                        line.finish(f"{line.prefix}  FAILED after {clock(elapsed)}")
+                        if outcome.ok:
+                            outcome.ok, outcome.failed = False, u.key
+                            outcome.message = (f"error: {failure.text}\n  the partly executed notebook: {job.output}\n"
+                                               f"  the kernel's log: {job.log_path}\n  fix it and run the same command "
+                                               "again: finished stages are skipped")
+                    else:
+                        summary = unit_run.read_summary(u.nb.stage)
+                        complete = bool(summary and summary.get("complete"))
+                        entry.update(status="complete" if complete else "incomplete", complete=complete,
+                                     stage_elapsed_s=(summary or {}).get("elapsed_s"))
+                        line.finish(f"{line.prefix}  {'done' if complete else 'stopped'} in {clock(elapsed)}"
+                                    + _headline(summary))
+                        outcome.ran.append(u.key)
+                        if not complete and outcome.ok:
+                            why = (summary or {}).get("stopped") or \
+                                f"no complete summary.json in {unit_run.stage_dir(u.nb.stage)}"
+                            entry["error"] = f"not complete: {why}"
+                            outcome.ok, outcome.failed = False, u.key
+                            outcome.message = (f"error: stage {u.label} ran but did not finish ({why}); later "
+                                               f"stages were not run. Run the same command again to continue it.")
+                        elif not complete:
+                            entry["error"] = "not complete"
+                    atomic_write_json(state_path, state)
+                    write_index(spec.run_dir, reports, state, raw)
+                return outcome.ok
+
+            for _, line, _, _ in jobs.values():
                 line.start()
-                try:
-                    execute(_run_spec(spec, u, kernel, force), log_file=log)
-                except Exception as e:  # noqa: BLE001 - reported below, with the notebook and the cell
-                    error = e
-                log.write(f"=== {'failed' if error else 'finished'} after {time.monotonic() - t0:.1f} s ===\n")
-            redact_secrets(log_path)
-            elapsed = round(time.monotonic() - t0, 3)
-            entry = state["stages"][u.key]
-            entry["elapsed_s"] = elapsed
-            if output.exists():
-                export_html(output)
-            if error is not None:
-                text = failure_text(u, error, output, spec.cell_timeout_s)
-                entry.update(status="failed", error=text)
-                if getattr(error, "ename", "") == "ParamsMismatch":  # refused: its outputs are still the old ones
-                    entry["digest"] = previous.get("digest")
-                line.finish(f"{prefix}  FAILED after {clock(elapsed)}")
-                outcome.ok, outcome.failed = False, u.key
-                outcome.message = (f"error: {text}\n  the partly executed notebook: {output}\n  the kernel's log: "
-                                   f"{log_path}\n  fix it and run the same command again: finished stages are skipped")
-            else:
-                summary = unit_run.read_summary(nb.stage)
-                complete = bool(summary and summary.get("complete"))
-                entry.update(status="complete" if complete else "incomplete", complete=complete,
-                             stage_elapsed_s=(summary or {}).get("elapsed_s"))
-                line.finish(f"{prefix}  {'done' if complete else 'stopped'} in {clock(elapsed)}"
-                            + _headline(summary))
-                outcome.ran.append(u.key)
-                if not complete:
-                    why = (summary or {}).get("stopped") or f"no complete summary.json in {unit_run.stage_dir(nb.stage)}"
-                    entry["error"] = f"not complete: {why}"
-                    outcome.ok, outcome.failed = False, u.key
-                    outcome.message = (f"error: stage {u.label} ran but did not finish ({why}); later stages "
-                                       f"were not run. Run the same command again to continue it.")
-            atomic_write_json(state_path, state)
-            write_index(spec.run_dir, reports, state, raw)
+            if len(jobs) == 1:
+                job = next(iter(jobs))
+                done(job, run_job(job))
+            elif jobs:
+                run_at_once(list(jobs), spec.parallel, done)
             if not outcome.ok:
                 break
         if outcome.ok:

@@ -49,7 +49,7 @@ LAYERS = [
     ("stage runner", ["mirl.runner", "mirl.agent.rollout", "mirl.runner.inputs"]),
     ("stages", ["mirl.profiling", "mirl.taxonomy", "mirl.prefixes", "mirl.training", "mirl.evaluate", "mirl.cost"]),
     ("params", ["mirl.params", "mirl.recipes"]),
-    ("notebooks, batch, report pages, commands", ["mirl.notebook", "mirl.batch", "mirl.report_index",
+    ("notebooks, batch, report pages, commands", ["mirl.notebook", "mirl.batch", "mirl.batch_jobs", "mirl.report_index",
                                                    "mirl.commands", "mirl.cli", "mirl.__main__"]),
 ]
 STAGES = dict(LAYERS)["stages"]

@@ -20,6 +20,11 @@
 #   SMALL_NAME=taxonomy SMALL_PARAMS=params/small_scale/experiment-taxonomy.yaml \
 #   SMALL_PHASES=$'training:mirl-taxonomy training:mirl-taxonomy 380\nmisbehavior_rate misbehavior_rate 200' \
 #   bash benchmarks/gpu/small_scale_phases.sh 585
+# SMALL_PARALLEL=N trains up to N recipes at once (`mirl batch --parallel N`), each in a process of its own
+# on the one GPU; then one phase trains them all: `training training SECONDS`. Every recipe at 24 steps:
+#   SMALL_NAME=steps24-all SMALL_PARAMS=params/small_scale/steps24/experiment.yaml SMALL_PARALLEL=4 \
+#   SMALL_PHASES=$'training training 300\nmisbehavior_rate misbehavior_rate 240\ncost cost 30' \
+#   bash benchmarks/gpu/small_scale_phases.sh 588
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 CALL=${1:-560}
@@ -84,7 +89,7 @@ while read -r from to need; do
     echo "small_scale_phases: phase $i ($from..$to) needs ~${need}s, ${left}s left in this call: run me again"
     exit 2
   fi
-  bash benchmarks/gpu/small_scale.sh "$left" --from "$from" --to "$to" 2>&1 | grep -v UNCONFINED | tee -a "$LOG" \
+  bash benchmarks/gpu/small_scale.sh "$left" --from "$from" --to "$to" ${SMALL_PARALLEL:+--parallel "$SMALL_PARALLEL"} 2>&1 | grep -v UNCONFINED | tee -a "$LOG" \
     | grep -v "^-r\|^total\|^drwx" | tail -14
   rc=${PIPESTATUS[0]}
   echo "== phase $i $from..$to: exit code $rc, $((END - SECONDS))s left"

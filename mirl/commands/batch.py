@@ -1,4 +1,4 @@
-"""`mirl batch --params FILE [--name RUN] [--from STAGE] [--to STAGE] [--recipes NAME,..] [--force] [--check]`: the whole pipeline,
+"""`mirl batch --params FILE [--name RUN] [--from STAGE] [--to STAGE] [--recipes NAME,..] [--parallel N] [--force] [--check]`: the whole pipeline,
 resumable; `--check` validates it and prints the evaluation's design instead."""
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recipes", metavar="NAME[,NAME]", help="train only these recipes (the others' training is "
                                                             "left out of the --from/--to range; stages after it "
                                                             "still evaluate every recipe that has a checkpoint)")
+    p.add_argument("--parallel", type=int, default=1, metavar="N",
+                   help="train up to N recipes at once, each in a process of its own (default 1: one after "
+                        "another); on one GPU a small policy's training leaves most of the device idle")
     p.add_argument("-p", "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override one parameter, e.g. profiling.max_tasks=3")
     p.add_argument("--force", action="store_true", help="overwrite stage outputs that were made with other params")
@@ -39,11 +42,14 @@ def _batch(args) -> int:
     from mirl.params import parse_overrides
     from mirl.typed import ParamsError
 
+    if args.parallel < 1:
+        print(f"error: --parallel {args.parallel}: give 1 or more recipes at once", file=sys.stderr)
+        return 2
     try:
         spec = BatchSpec(params_file=Path(args.params) if args.params else None, run_name=args.name,
                          overrides=parse_overrides(args.overrides), notebooks_dir=Path(args.notebooks),
                          kernel=args.kernel, cell_timeout_s=args.cell_timeout, force=args.force,
-                         first=args.first, last=args.last,
+                         first=args.first, last=args.last, parallel=args.parallel,
                          recipes=[n.strip() for n in args.recipes.split(",") if n.strip()] if args.recipes else None)
         if args.check:
             from mirl.batch import check_batch

@@ -7,10 +7,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from batch_pipeline import calls, stage_body, write_notebook
+from batch_pipeline import calls, child_env, stage_body, write_notebook
 
 from mirl.batch import BatchSpec, input_stamp, run_batch
 from mirl.typed import ParamsError
@@ -120,6 +124,79 @@ def test_an_evaluation_made_while_a_recipe_was_unfinished_runs_again_once_it_fin
     again = evaluate()
     assert again.ok and again.ran == ["misbehavior_rate"], "an evaluation of unfinished training was kept"
     assert evaluate().skipped == ["misbehavior_rate"]
+
+
+@pytest.mark.slow
+def test_recipes_train_at_once_with_parallel_and_a_failure_stops_what_follows(tmp_path, mirl_kernel):
+    """--parallel 2: both recipes' trainings run at once (each waits at its first item until the other
+    has started its own, which one after another never does), each kernel writing to its own log; one that
+    fails lets the other finish and stops the stages after them; the next run trains only the failed one."""
+    nb = pipeline(tmp_path / "nb")
+    breaks = "\nimport pathlib\nif recipe == 'b' and (pathlib.Path(runs_root).parent / 'break').exists():\n" \
+             "    raise RuntimeError('recipe b breaks')"
+    write_notebook(nb / "04_training_launch.ipynb", "training",
+                   stage_body("training", items=2, reads=("prefixes",), meet=2, meet_s=90) + breaks)
+    exp = params(tmp_path / "params")
+    run = tmp_path / "runs" / "t"
+    (tmp_path / "break").touch()
+    out = io.StringIO()
+    first = run_batch(spec(tmp_path, exp, parallel=2), out=out)
+    assert not first.ok and first.failed == "training:b", out.getvalue()
+    assert "recipe b breaks" in first.message and "04_training_launch" in first.message
+    assert sorted(first.ran) == ["prefixes", "profiling", "training:a"]
+    state = json.loads((run / "batch.json").read_text())["stages"]
+    assert state["training:a"]["status"] == "complete" and state["training:b"]["status"] == "failed"
+    assert "misbehavior_rate" not in state
+    for name in ("a", "b"):  # each kernel's output in its own log
+        assert sorted(x for x in calls(run / "recipes" / name) if "done" in x) == ["training done 0", "training done 1"]
+        log = (tmp_path / "reports" / "t" / "logs" / f"training-{name}.log").read_text()
+        assert "hello from training" in log and log.count("=== ") == 2
+    assert "[3/5] 04 training [a]" in out.getvalue() and "[4/5] 04 training [b]  FAILED" in out.getvalue()
+
+    (tmp_path / "break").unlink()
+    second = run_batch(spec(tmp_path, exp, parallel=2), out=io.StringIO())
+    assert second.ok, second.message
+    assert second.ran == ["training:b", "misbehavior_rate"] and "training:a" in second.skipped
+
+
+@pytest.mark.slow
+def test_an_interrupt_stops_recipes_training_at_once_and_the_next_run_resumes_them(tmp_path, mirl_kernel):
+    """A deadline's SIGINT to `mirl batch --parallel 2` while both trainings run: the batch exits, no
+    kernel of theirs goes on working, and the same command then finishes both without redoing an item."""
+    nb = pipeline(tmp_path / "nb")
+    write_notebook(nb / "04_training_launch.ipynb", "training",
+                   stage_body("training", items=3, reads=("prefixes",), meet=2, hold_at=1))
+    exp = params(tmp_path / "params")
+    run = tmp_path / "runs" / "t"
+    for name in ("a", "b"):
+        (run / "recipes" / name).mkdir(parents=True)
+        (run / "recipes" / name / "hold").touch()
+    cmd = [sys.executable, "-m", "mirl", "batch", "--params", str(exp), "--name", "t", "--notebooks", str(nb),
+           "--parallel", "2", "--cell-timeout", "120"]
+    env = child_env(mirl_kernel)
+    with open(tmp_path / "first.out", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 150
+            while not all("training start 1" in calls(run / "recipes" / n) for n in ("a", "b")):
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "first.out").read_text()
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGINT)  # the batch alone, as `timeout` signals it
+            rc = proc.wait(timeout=90)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert rc != 0, (tmp_path / "first.out").read_text()
+    for name in ("a", "b"):
+        (run / "recipes" / name / "hold").unlink()
+    time.sleep(3)  # a kernel left running would now finish its held item
+    for name in ("a", "b"):
+        assert "training done 1" not in calls(run / "recipes" / name), "a kernel outlived its batch"
+    second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=200)
+    assert second.returncode == 0, second.stdout + second.stderr
+    for name in ("a", "b"):
+        done = sorted(x for x in calls(run / "recipes" / name) if "done" in x)
+        assert done == ["training done 0", "training done 1", "training done 2"], done
 
 
 def test_a_recipe_may_change_only_training(tmp_path):

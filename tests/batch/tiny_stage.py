@@ -2,7 +2,9 @@
 
 The notebook calls `run(globals(), stage)`: `items` items (each sleeps `delay` s, appends `start i` and
 `done i` to `<run>/calls.log`), fingerprinted by the stage's params the batch injected. While the file
-`<run>/hold` exists, item `hold_at` waits, so a test can kill the batch there.
+`<run>/hold` exists, item `hold_at` waits, so a test can kill the batch there. With `meet=n`, item 0 waits
+(up to `meet_s` seconds, then fails) until n runs beside each other (the recipes' runs under one
+`recipes/` directory) have started theirs: n trainings running at once.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ class TinyStage(Stage):
     records = "records.jsonl"
     key_fields = ("i",)
 
-    def __init__(self, name: str, settings: dict, run_dir: Path, items: int, delay: float, hold_at: int):
+    def __init__(self, name: str, settings: dict, run_dir: Path, items: int, delay: float, hold_at: int,
+                 meet: int = 0, meet_s: float = 60.0):
         super().__init__(None, run_dir)
         self.name, self.settings, self.items, self.delay, self.hold_at = name, settings, items, delay, hold_at
+        self.meet, self.meet_s = meet, meet_s
 
     def fingerprint(self):
         return {"settings": self.settings, "items": self.items}
@@ -33,8 +37,20 @@ class TinyStage(Stage):
         with open(self.run.root / "calls.log", "a") as f:
             f.write(f"{self.name} {text}\n")
 
+    def _meet(self) -> None:
+        here = self.run.root.parent / "met"
+        here.mkdir(exist_ok=True)
+        (here / self.run.root.name).touch()
+        deadline = time.monotonic() + self.meet_s
+        while len(list(here.iterdir())) < self.meet:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.run.root.name}: met {len(list(here.iterdir()))} of {self.meet} runs")
+            time.sleep(0.05)
+
     def run_item(self, i):
         self._log(f"start {i}")
+        if self.meet and i == 0:
+            self._meet()
         while i == self.hold_at and (self.run.root / "hold").exists():
             time.sleep(0.05)
         time.sleep(self.delay)
@@ -49,12 +65,12 @@ class TinyStage(Stage):
 
 
 def run(namespace: dict, stage: str, items: int = 3, delay: float = 0.0, hold_at: int = -1,
-        reads: tuple[str, ...] = (), figure: bool = False) -> dict:
+        reads: tuple[str, ...] = (), figure: bool = False, meet: int = 0, meet_s: float = 60.0) -> dict:
     run_dir, reports = run_dirs(namespace)
     settings = {k: v for k, v in namespace.items()
                 if not k.startswith("_") and k not in RESERVED and isinstance(v, (int, float, str, bool, dict, list))
                 and k not in ("In", "Out")}
-    s = TinyStage(stage, settings, run_dir, items, delay, hold_at)
+    s = TinyStage(stage, settings, run_dir, items, delay, hold_at, meet, meet_s)
     s.reads = reads
     summary = run_stage(s, force=bool(namespace.get("force")))
     if figure:
