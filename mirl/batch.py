@@ -433,6 +433,7 @@ def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
         t_batch = time.monotonic()
         lock = threading.Lock()  # the record and the index are written from one place at a time
         for group in _groups(chosen, spec.parallel):
+            pending: list[tuple[Unit, dict[str, Any], str, Path, dict[str, Any]]] = []
             jobs: dict[Job, tuple[Unit, LiveLine, float, dict[str, Any]]] = {}
             for u in group:
                 prefix = f"[{chosen.index(u) + 1}/{len(chosen)}] {u.label}"
@@ -465,10 +466,13 @@ def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
                 atomic_write_json(state_path, state)
                 progress = unit_run.file(u.nb.stage, PROGRESS)
                 progress.unlink(missing_ok=True)
-                job = Job(label=u.label, notebook=u.nb.path, spec=_run_spec(spec, u, kernel, force), log_path=log_path,
-                          output=output, started=started, params_digest=own)
-                # lines of units running at once are printed one under another, not redrawn in place
-                line = LiveLine(prefix, progress, out, spec.line_every_s, in_place=None if len(group) == 1 else False)
+                pending.append((u, dict(label=u.label, notebook=u.nb.path, spec=_run_spec(spec, u, kernel, force),
+                                        log_path=log_path, output=output, started=started, params_digest=own),
+                                prefix, progress, previous))
+            for u, fields, prefix, progress, previous in pending:
+                # units that run at once share the GPU, and their lines are printed one under another
+                job = Job(**fields, gpu_share=1 / len(pending))
+                line = LiveLine(prefix, progress, out, spec.line_every_s, in_place=None if len(pending) == 1 else False)
                 jobs[job] = (u, line, time.monotonic(), previous)
 
             def done(job: Job, failure: Failure | None, jobs=jobs) -> bool:

@@ -5,7 +5,8 @@ each other (each in its own run directory, each reading the shared stages 01-03)
 training of a small policy leaves most of the device idle (its steps wait on sandboxes and tests), so
 `mirl batch --parallel N` runs up to N of them at once. Each then runs in a child process: the kernel
 inherits its parent's environment and file descriptor 2, which are per process, and each unit's kernel
-needs its own log in both.
+needs its own log in both, and its own share of the GPU (`MIRL_GPU_SHARE`, 1/N: trainings that start
+together each see the GPU free, and four engines sizing their KV pages from that ran it out of memory).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mirl import notebook as nbrun
+from mirl.engines import GPU_SHARE_ENV
 from mirl.notebook import RunSpec, execute, redact_secrets
 from mirl.runner.progress import ENV
 
@@ -52,6 +54,7 @@ class Job:
     output: Path      # the executed notebook
     started: str      # ISO time, for the log's header
     params_digest: str
+    gpu_share: float = 1.0  # of the GPU, for its engine's KV pages: 1/N when N run at once
 
 
 @contextlib.contextmanager
@@ -89,7 +92,8 @@ def run_job(job: Job) -> Failure | None:
     error: BaseException | None = None
     t0 = time.monotonic()
     with open(job.log_path, "a", encoding="utf-8") as log, \
-            kernel_env({ENV: "file", nbrun.LOG_ENV: str(job.log_path.resolve())}), stderr_to(log):
+            kernel_env({ENV: "file", nbrun.LOG_ENV: str(job.log_path.resolve()),
+                        GPU_SHARE_ENV: f"{job.gpu_share:.6g}"}), stderr_to(log):
         log.write(f"=== {job.started} stage {job.label}: {job.notebook} (kernel {job.spec.kernel}, "
                   f"params {job.params_digest}) ===\n")
         log.flush()

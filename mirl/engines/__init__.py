@@ -9,3 +9,7 @@
 
 The LLM choke point (`mirl.llm`) serves these engines to roles; nothing here imports it.
 """
+
+# The share of its GPU a process may take for KV pages, when several processes share one GPU: `mirl batch
+# --parallel N` sets it to 1/N in each training's kernel; without it a process takes its engine's full share.
+GPU_SHARE_ENV = "MIRL_GPU_SHARE"

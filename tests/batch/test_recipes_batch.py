@@ -132,7 +132,8 @@ def test_recipes_train_at_once_with_parallel_and_a_failure_stops_what_follows(tm
     has started its own, which one after another never does), each kernel writing to its own log; one that
     fails lets the other finish and stops the stages after them; the next run trains only the failed one."""
     nb = pipeline(tmp_path / "nb")
-    breaks = "\nimport pathlib\nif recipe == 'b' and (pathlib.Path(runs_root).parent / 'break').exists():\n" \
+    breaks = "\nimport os\nprint('gpu share', os.environ.get('MIRL_GPU_SHARE'))" \
+             "\nimport pathlib\nif recipe == 'b' and (pathlib.Path(runs_root).parent / 'break').exists():\n" \
              "    raise RuntimeError('recipe b breaks')"
     write_notebook(nb / "04_training_launch.ipynb", "training",
                    stage_body("training", items=2, reads=("prefixes",), meet=2, meet_s=90) + breaks)
@@ -151,6 +152,7 @@ def test_recipes_train_at_once_with_parallel_and_a_failure_stops_what_follows(tm
         assert sorted(x for x in calls(run / "recipes" / name) if "done" in x) == ["training done 0", "training done 1"]
         log = (tmp_path / "reports" / "t" / "logs" / f"training-{name}.log").read_text()
         assert "hello from training" in log and log.count("=== ") == 2
+        assert "gpu share 0.5" in log  # each of the two sizes its engine's KV pages from half the GPU
     assert "[3/5] 04 training [a]" in out.getvalue() and "[4/5] 04 training [b]  FAILED" in out.getvalue()
 
     (tmp_path / "break").unlink()

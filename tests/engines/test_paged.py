@@ -540,3 +540,18 @@ def test_a_key_whose_capture_failed_runs_eagerly_and_is_not_captured_again(monke
     for _ in range(3):
         DeviceBatch._run(b, key, lambda: runs.append(1))
     assert len(runs) == 5 and len(captures) == 1 and b.captured == 0
+
+
+def test_a_process_sizes_its_kv_pages_from_its_share_of_the_gpu(monkeypatch):
+    """`mirl batch --parallel N` gives each training 1/N of the GPU (MIRL_GPU_SHARE); a bad value is named."""
+    from mirl.engines import GPU_SHARE_ENV
+    from mirl.engines.paged.engine import gpu_share
+
+    monkeypatch.delenv(GPU_SHARE_ENV, raising=False)
+    assert gpu_share() == 1.0
+    monkeypatch.setenv(GPU_SHARE_ENV, "0.25")
+    assert gpu_share() == 0.25
+    for bad in ("0", "1.5", "half"):
+        monkeypatch.setenv(GPU_SHARE_ENV, bad)
+        with pytest.raises(ValueError, match=f"MIRL_GPU_SHARE='{bad}'"):
+            gpu_share()

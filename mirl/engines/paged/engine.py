@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import queue
 import sys
 import threading
@@ -41,6 +42,7 @@ from typing import Any
 
 import torch
 
+from mirl.engines import GPU_SHARE_ENV
 from mirl.engines.generator import (
     Generation,
     Sample,
@@ -111,11 +113,26 @@ class Row:
     reason: str = "length"
 
 
+def gpu_share() -> float:
+    """This process's share of its GPU (`MIRL_GPU_SHARE`, 0 < share <= 1; 1 when unset): processes that
+    start together on one GPU each see it nearly all free, and would each size a pool from that."""
+    raw = os.environ.get(GPU_SHARE_ENV, "").strip()
+    if not raw:
+        return 1.0
+    try:
+        share = float(raw)
+    except ValueError:
+        share = -1.0
+    if not 0 < share <= 1:
+        raise ValueError(f"{GPU_SHARE_ENV}={raw!r}: give a share of the GPU in (0, 1]")
+    return share
+
+
 class PagedEngine:
     """A causal LM of a supported family (`model.supports`) served by continuous batching.
 
     `source`: a checkpoint directory or a .gguf. `kv_memory`: the share of free GPU memory, at the
-    first request, that the KV pages take (or `kv_tokens` exactly); `max_rows`: rows decoding at
+    first request, that the KV pages take (times the process's `gpu_share()`; or `kv_tokens` exactly); `max_rows`: rows decoding at
     once; `prefill_tokens`: prompt tokens per step; `graphs`, `compiled`: CUDA graphs and
     torch.compile (default: on a GPU); `attention`: "triton" (default on a GPU) or "torch"."""
 
@@ -398,7 +415,7 @@ class PagedEngine:
                 tokens = int(self.kv_tokens)
             elif self.device.type == "cuda":
                 free, _ = torch.cuda.mem_get_info(self.device)
-                tokens = int(free * self.kv_memory) // per_token
+                tokens = int(free * self.kv_memory * gpu_share()) // per_token
             else:
                 tokens = (512 << 20) // per_token
             tokens = min(tokens, 2 * self.max_rows * self.context_length)  # more would never be used
