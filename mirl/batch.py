@@ -15,7 +15,8 @@ unfinished stage, and the stage itself resumes by item key; changed params rerun
 stage after it (the stage refuses outputs made with other params unless `--force`).
 
 The first failure stops the batch, naming the notebook, the cell and the error (a kernel that died
-is reported as such). While a stage runs, its kernel has `MIRL_PROGRESS=file`: the runner writes
+is reported as such). With `--parallel N`, up to N recipes' trainings run at once (`mirl.batch_jobs`):
+those running when one fails run on to their end, and the stages after them do not start. While a stage runs, its kernel has `MIRL_PROGRESS=file`: the runner writes
 `runs/<name>/<stage>/progress.json` instead of drawing a bar, and this process redraws one line per
 stage from it (in place on a terminal, a line every ~10 s otherwise). The kernel's stdout and stderr
 go to `reports/<name>/logs/<stage>.log`, and so do mirl's log records in the kernel
@@ -300,10 +301,14 @@ class LiveLine(threading.Thread):
             self.out.write(self.last + "\n")
         self.out.flush()
 
-    def finish(self, text: str) -> None:
+    def stop(self) -> None:
+        """No more redraws (idempotent)."""
         self._stop_event.set()
-        if self.is_alive():
+        if self.is_alive() and self is not threading.current_thread():
             self.join()
+
+    def finish(self, text: str) -> None:
+        self.stop()
         self.out.write(("\r" + text + "\x1b[K\n") if self.tty else text + "\n")
         self.out.flush()
 
@@ -408,8 +413,8 @@ def recipe_budgets(recipes: list[Any], overrides: dict[str, Any]) -> list[str]:
 
 
 def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
-    """Run (or skip) each selected stage in order (the training stage once per recipe the params list);
-    stop at the first failure. Prints to `out`."""
+    """Run (or skip) each selected stage in order (the training stage once per recipe the params list,
+    up to `spec.parallel` of them at once); stop after the first failure. Prints to `out`."""
     from mirl import params as pipeline
     from mirl import recipes as recipe_files
     from mirl.report_index import write_index
@@ -431,7 +436,6 @@ def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
         print(f"batch {spec.run_name}: {len(chosen)} stage(s) ({', '.join(u.label for u in chosen)}), "
               f"kernel {kernel}, data in {spec.run_dir}, reports in {reports}", file=out, flush=True)
         t_batch = time.monotonic()
-        lock = threading.Lock()  # the record and the index are written from one place at a time
         for group in _groups(chosen, spec.parallel):
             pending: list[tuple[Unit, dict[str, Any], str, Path, dict[str, Any]]] = []
             jobs: dict[Job, tuple[Unit, LiveLine, float, dict[str, Any]]] = {}
@@ -475,53 +479,55 @@ def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
                 line = LiveLine(prefix, progress, out, spec.line_every_s, in_place=None if len(pending) == 1 else False)
                 jobs[job] = (u, line, time.monotonic(), previous)
 
-            def done(job: Job, failure: Failure | None, jobs=jobs) -> bool:
+            def done(job: Job, failure: Failure | None, jobs=jobs) -> None:
                 u, line, t0, previous = jobs[job]
                 elapsed = round(time.monotonic() - t0, 3)
                 unit_run = RunDir(Path(spec.runs_root) / u.run_name(spec.run_name))
-                with lock:
-                    entry = state["stages"][u.key]
-                    entry["elapsed_s"] = elapsed
-                    if job.output.exists():
-                        export_html(job.output)
-                    if failure is not None:
-                        entry.update(status="failed", error=failure.text)
-                        if failure.ename == "ParamsMismatch":  # refused: its outputs are still the old ones
-                            entry["digest"] = previous.get("digest")
-                        line.finish(f"{line.prefix}  FAILED after {clock(elapsed)}")
+                entry = state["stages"][u.key]
+                entry["elapsed_s"] = elapsed
+                if job.output.exists():
+                    export_html(job.output)
+                if failure is not None:
+                    entry.update(status="failed", error=failure.text)
+                    if failure.ename == "ParamsMismatch":  # refused: its outputs are still the old ones
+                        entry["digest"] = previous.get("digest")
+                    line.finish(f"{line.prefix}  FAILED after {clock(elapsed)}")
+                    if outcome.ok:
+                        outcome.ok, outcome.failed = False, u.key
+                        outcome.message = (f"error: {failure.text}\n  the partly executed notebook: {job.output}\n"
+                                           f"  the kernel's log: {job.log_path}\n  fix it and run the same command "
+                                           "again: finished stages are skipped")
+                else:
+                    summary = unit_run.read_summary(u.nb.stage)
+                    complete = bool(summary and summary.get("complete"))
+                    entry.update(status="complete" if complete else "incomplete", complete=complete,
+                                 stage_elapsed_s=(summary or {}).get("elapsed_s"))
+                    line.finish(f"{line.prefix}  {'done' if complete else 'stopped'} in {clock(elapsed)}"
+                                + _headline(summary))
+                    outcome.ran.append(u.key)
+                    if not complete:
+                        why = (summary or {}).get("stopped") or \
+                            f"no complete summary.json in {unit_run.stage_dir(u.nb.stage)}"
+                        entry["error"] = f"not complete: {why}"
                         if outcome.ok:
                             outcome.ok, outcome.failed = False, u.key
-                            outcome.message = (f"error: {failure.text}\n  the partly executed notebook: {job.output}\n"
-                                               f"  the kernel's log: {job.log_path}\n  fix it and run the same command "
-                                               "again: finished stages are skipped")
-                    else:
-                        summary = unit_run.read_summary(u.nb.stage)
-                        complete = bool(summary and summary.get("complete"))
-                        entry.update(status="complete" if complete else "incomplete", complete=complete,
-                                     stage_elapsed_s=(summary or {}).get("elapsed_s"))
-                        line.finish(f"{line.prefix}  {'done' if complete else 'stopped'} in {clock(elapsed)}"
-                                    + _headline(summary))
-                        outcome.ran.append(u.key)
-                        if not complete and outcome.ok:
-                            why = (summary or {}).get("stopped") or \
-                                f"no complete summary.json in {unit_run.stage_dir(u.nb.stage)}"
-                            entry["error"] = f"not complete: {why}"
-                            outcome.ok, outcome.failed = False, u.key
                             outcome.message = (f"error: stage {u.label} ran but did not finish ({why}); later "
-                                               f"stages were not run. Run the same command again to continue it.")
-                        elif not complete:
-                            entry["error"] = "not complete"
-                    atomic_write_json(state_path, state)
-                    write_index(spec.run_dir, reports, state, raw)
-                return outcome.ok
+                                               "stages were not run. Run the same command again to continue it.")
+                atomic_write_json(state_path, state)
+                write_index(spec.run_dir, reports, state, raw)
 
-            for _, line, _, _ in jobs.values():
+            lines = [line for _, line, _, _ in jobs.values()]
+            for line in lines:
                 line.start()
-            if len(jobs) == 1:
-                job = next(iter(jobs))
-                done(job, run_job(job))
-            elif jobs:
-                run_at_once(list(jobs), spec.parallel, done)
+            try:
+                if len(jobs) == 1:
+                    job = next(iter(jobs))
+                    done(job, run_job(job))
+                elif jobs:
+                    run_at_once(list(jobs), done)
+            finally:
+                for line in lines:
+                    line.stop()
             if not outcome.ok:
                 break
         if outcome.ok:

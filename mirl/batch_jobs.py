@@ -92,8 +92,8 @@ def run_job(job: Job) -> Failure | None:
     error: BaseException | None = None
     t0 = time.monotonic()
     with open(job.log_path, "a", encoding="utf-8") as log, \
-            kernel_env({ENV: "file", nbrun.LOG_ENV: str(job.log_path.resolve()),
-                        GPU_SHARE_ENV: f"{job.gpu_share:.6g}"}), stderr_to(log):
+            kernel_env({ENV: "file", nbrun.LOG_ENV: str(job.log_path.resolve()), **_share(job.gpu_share)}), \
+            stderr_to(log):
         log.write(f"=== {job.started} stage {job.label}: {job.notebook} (kernel {job.spec.kernel}, "
                   f"params {job.params_digest}) ===\n")
         log.flush()
@@ -107,6 +107,18 @@ def run_job(job: Job) -> Failure | None:
         return None
     return Failure(failure_text(job.label, job.notebook, error, job.output, job.spec.cell_timeout_s),
                    getattr(error, "ename", "") or "")
+
+
+def _share(mine: float) -> dict[str, str]:
+    """The kernel's GPU share: this job's part of the share the batch itself was given, if any."""
+    if mine >= 1:
+        return {}  # the batch's own (or none), inherited
+    raw = os.environ.get(GPU_SHARE_ENV, "").strip()
+    try:
+        given = float(raw) if raw else 1.0
+    except ValueError:
+        return {}  # the engine names the bad value
+    return {GPU_SHARE_ENV: f"{given * mine:.6g}"}
 
 
 def failure_text(label: str, notebook: Path, error: BaseException, output: Path, timeout_s: int) -> str:
@@ -141,65 +153,89 @@ def _running_cell(output: Path) -> str:
     return f"cell {count if count is not None else f'#{i + 1}'}" + (f" ({first[0][:60]!r})" if first else "")
 
 
+TEXT_CAP = 8000  # characters of a failure's text a child sends back (its whole traceback is in the log)
+
+
 def _child(conn: Any, job: Job) -> None:
-    """A child process's whole life: run the job, send back how it went."""
+    """A child process's whole life: run the job, send back how it went. The first SIGINT interrupts the
+    run (papermill then shuts its kernel down); any later one is ignored, so that shutdown is not cut short
+    (a deadline's `timeout` signals the batch and its whole process group, this child included)."""
+    def first_only(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, first_only)
     try:
         result: Failure | None = run_job(job)
     except BaseException as e:  # noqa: BLE001 - an interrupt or a bug here: the parent still hears of it
         result = Failure(f"stage {job.label} ({job.notebook}) stopped: {type(e).__name__}: {e}", type(e).__name__)
-    conn.send(result)
-    conn.close()
+    if result is not None and len(result.text) > TEXT_CAP:
+        result = Failure(result.text[:TEXT_CAP] + f" [... cut; the whole text is in {job.log_path}]", result.ename)
+    with contextlib.suppress(OSError):  # the parent has gone (it was interrupted): nobody to tell
+        conn.send(result)
+        conn.close()
 
 
-def run_at_once(jobs: list[Job], limit: int, on_done: Callable[[Job, Failure | None], bool]) -> None:
-    """Run the jobs, each in a child process of its own, at most `limit` at a time, in the given order;
-    `on_done` is called here as each ends, in the order they end, and when it returns False no further
-    job starts (those running finish: a failure elsewhere is no reason to lose their work). A child that dies without a word
-    (killed, out of memory) is a failure that says so. An interrupt (Ctrl-C, a deadline's SIGINT) is
-    passed on to the children, which stop their kernels as a batch does, and then raised here."""
+def run_at_once(jobs: list[Job], on_done: Callable[[Job, Failure | None], None]) -> None:
+    """Run the jobs at once, each in a child process of its own; `on_done` is called here as each ends, in
+    the order they end (the others run on after a failure: it is no reason to lose their work). A child
+    that ends without a result is a failure that says how it ended. An interrupt (Ctrl-C, a deadline's
+    SIGINT) is passed on to the children, which stop their kernels, and then raised here."""
     ctx = multiprocessing.get_context("spawn")  # not fork: this process has threads (the live lines)
-    todo = list(jobs)
     running: dict[Any, tuple[Job, Any, Any]] = {}  # sentinel -> (job, process, our end of its pipe)
+    results: dict[Any, Failure | None] = {}  # sentinel -> what its child sent
     try:
-        while todo or running:
-            while todo and len(running) < max(1, limit):
-                job = todo.pop(0)
-                ours, theirs = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_child, args=(theirs, job), name=f"mirl-batch {job.label}", daemon=False)
-                proc.start()
-                theirs.close()
-                running[proc.sentinel] = (job, proc, ours)
-            for sentinel in wait(list(running)):
-                job, proc, ours = running.pop(sentinel)
-                result: Failure | None
-                try:
-                    result = ours.recv() if ours.poll() else _died(job, proc)
-                except (EOFError, OSError):
-                    result = _died(job, proc)
+        for job in jobs:
+            ours, theirs = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_child, args=(theirs, job), name=f"mirl-batch {job.label}", daemon=False)
+            proc.start()
+            theirs.close()
+            running[proc.sentinel] = (job, proc, ours)
+        while running:
+            pipes = {ours: sentinel for sentinel, (_, _, ours) in running.items() if sentinel not in results}
+            for ready in wait([*running, *pipes]):
+                if ready in pipes:  # read as soon as it is sent: a child blocks on a full pipe until then
+                    with contextlib.suppress(EOFError, OSError):
+                        results[pipes[ready]] = ready.recv()
+                    continue
+                job, proc, ours = running.pop(ready)
+                if ready not in results:
+                    with contextlib.suppress(EOFError, OSError):
+                        if ours.poll():
+                            results[ready] = ours.recv()
                 proc.join()
                 ours.close()
-                if not on_done(job, result):
-                    todo.clear()
+                on_done(job, results.pop(ready) if ready in results else _died(job, proc))
     except BaseException:
         _stop([proc for _, proc, _ in running.values()])
         raise
 
 
 def _died(job: Job, proc: Any) -> Failure:
-    proc.join()
-    return Failure(f"stage {job.label} ({job.notebook}): the process running it ended without a result "
-                   f"(exit code {proc.exitcode}; killed, or out of memory: dmesg says which)", "ChildDied")
+    code = proc.exitcode
+    how = (f"killed by signal {-code} ({signal.Signals(-code).name}; out of memory is one cause: dmesg says)"
+           if code is not None and code < 0 else f"exit code {code}; its traceback is on the batch's stderr")
+    return Failure(f"stage {job.label} ({job.notebook}): the process running it ended without a result ({how})",
+                   "ChildDied")
 
 
 def _stop(procs: list[Any]) -> None:
-    """Interrupt the children (each stops its kernel), then kill any that is still there after the grace."""
-    for p in procs:
-        if p.is_alive():
-            with contextlib.suppress(OSError):
-                os.kill(p.pid, signal.SIGINT)
-    deadline = time.monotonic() + STOP_GRACE_S
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-        if p.is_alive():
-            p.kill()
-            p.join()
+    """Interrupt the children (each stops its kernel), then kill any still there after the grace. This
+    process ignores SIGINT meanwhile: a deadline's second one must not cut the wait short."""
+    old = None
+    with contextlib.suppress(ValueError):  # not the main thread: no signal to hold off
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for p in procs:
+            if p.is_alive():
+                with contextlib.suppress(OSError):
+                    os.kill(p.pid, signal.SIGINT)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join()
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)

@@ -14,11 +14,8 @@ first, which keeps the logits tensor at [loss tokens, vocab] instead of [all tok
 head then runs in chunks of `head_chunk` rows (`chunked_head_logprobs`): each chunk's logits are
 reduced to a logprob and an entropy at once and recomputed in backward, so no [tokens, vocab]
 tensor is kept for the backward pass (with a 152k vocabulary, 4k loss tokens' float32 logits and
-softmax are ~5 GB). A padded micro-batch passes no attention mask: its rows are right-padded, so under
-causal attention no real token sees a pad, and SDPA runs its causal flash kernel. A padding mask made
-SDPA expand it to a float [rows, heads, L, L] bias per layer and keep each for the backward pass: 1.4 GB
-a layer, 42 GB for SmolLM2's 30 layers at 8k tokens of ~4.7k-token rows, which ran a GPU shared by
-several trainings out of memory (benchmarks/gpu/NOTES.md, 2026-12-06, seventh session). On a GPU each
+softmax are ~5 GB). A padded micro-batch whose rows are all the same length passes no attention
+mask, so SDPA runs its causal flash kernel instead of a masked one over an L x L mask. On a GPU each
 decoder layer goes through `torch.compile` (one compiled graph serves every layer), which fuses the
 pointwise work between the matrix products: at 8k tokens that took the Qwen3-1.7B step from 41% to
 62% of the matmul ceiling (benchmarks/gpu/NOTES.md).
@@ -97,8 +94,8 @@ def batch_inputs(examples: Sequence[Example], device: Any, packed: bool = False)
     """The model inputs of one micro-batch, and per position its target, loss mask, sampler logprob
     and sequence index.
 
-    Padded (the default): one row per sequence, right-padded and without a mask (causal attention keeps
-    every real token from the pads after it; the pads' own outputs carry no loss). Packed: one row of sequences back to back with positions that
+    Padded (the default): one row per sequence, right-padded, with a padding attention mask, so each
+    sequence attends only to itself. Packed: one row of sequences back to back with positions that
     restart per sequence and a block-diagonal causal mask [1, 1, L, L], so no sequence attends to
     another; flash-attention kernels take the same boundaries from the positions alone (varlen)."""
     targets, masks, mus = _targets(examples)
@@ -115,6 +112,9 @@ def batch_inputs(examples: Sequence[Example], device: Any, packed: bool = False)
         width = max(len(ex.ids) for ex in examples)
         pad = [width - len(ex.ids) for ex in examples]
         inputs = {"input_ids": torch.tensor([ex.ids + [0] * p for ex, p in zip(examples, pad)], device=device)}
+        if any(pad):  # rows of one length need no mask: causal attention alone (the flash kernel)
+            inputs["attention_mask"] = torch.tensor([[1] * len(ex.ids) + [0] * p for ex, p in zip(examples, pad)],
+                                                    device=device)
         seg = torch.tensor([s for s, p in enumerate(pad) for _ in range(width)], device=device)
         flat = {"target": [t for x, p in zip(targets, pad) for t in x + [0] * p],
                 "mask": [m for x, p in zip(masks, pad) for m in x + [0] * p],

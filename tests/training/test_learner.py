@@ -74,6 +74,26 @@ def test_micro_batching_does_not_change_the_update(tiny):
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
 
 
+def test_checkpointed_layers_recompute_in_backward_and_give_the_same_update(tiny):
+    """`gradient_checkpointing` keeps a layer's input only and runs the layer again in the backward pass
+    (a float32 learner's attention has no fused kernel for grouped KV heads, so each layer would keep its
+    [heads, L, L] weights: 1.4 GiB a layer at 6.4k tokens, benchmarks/gpu/NOTES.md twelfth try)."""
+    exs, adv = examples(4, seed=3), [0.5, -0.5, 1.0, -1.0]
+    grads, calls = [], []
+    for checkpointing in (False, True):
+        model = copy.deepcopy(tiny)
+        learner = Learner(model, LearnerConfig(lr=0.0, max_grad_norm=1e9, gradient_checkpointing=checkpointing))
+        learner.optimizer.step = lambda: None  # keep the gradients to compare them
+        learner.optimizer.zero_grad = lambda set_to_none=True: None
+        n = [0]
+        model.model.layers[0].self_attn.register_forward_pre_hook(lambda *_, n=n: n.__setitem__(0, n[0] + 1))
+        stats = learner.train_step(exs, adv)
+        calls.append(n[0] / stats["micro_batches"])
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert calls == [1, 2]  # the layer's attention ran once a micro-batch, then again in its backward pass
+    assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
+
+
 def test_loss_is_the_token_mean_of_the_policy_gradient(tiny):
     """At mu = pi (ratio 1) DPPO's loss is -sum(A) over loss tokens / their count."""
     exs = examples(3, seed=2)
@@ -194,15 +214,14 @@ def test_chunked_head_gives_the_plain_loss_and_gradients(tiny, temperature):
         assert torch.allclose(g0[k], g1[k], atol=1e-6, rtol=1e-5), k
 
 
-def test_padded_rows_pass_no_attention_mask_and_keep_their_own_logprobs(tiny):
-    """Rows of one length and right-padded ragged rows alike go without a mask (SDPA's causal flash
-    kernel on a GPU; a padding mask became a float [rows, heads, L, L] bias kept per layer for the
-    backward pass, 42 GB at 8k tokens); each sequence still gets its own logprobs."""
+def test_rows_of_one_length_pass_no_attention_mask(tiny):
+    """Equal-length rows go without a mask (SDPA's causal flash kernel on a GPU), ragged ones with
+    one; both give each sequence's own logprobs."""
     same = [Example(list(range(i, i + 12)), [0] * 4 + [1] * 8, [0.0] * 12) for i in (1, 30)]
     ragged = same[:1] + [Example(list(range(40, 49)), [0] * 3 + [1] * 6, [0.0] * 9)]
-    for exs in (same, ragged):
+    for exs, masked in ((same, False), (ragged, True)):
         inputs = batch_inputs(exs, "cpu")
-        assert "attention_mask" not in inputs
+        assert ("attention_mask" in inputs) is masked
         with torch.no_grad():
             lp, _ = token_logprobs(tiny, inputs)
         want = [v for ex in exs for v in alone(tiny, ex)]
