@@ -426,116 +426,145 @@ def run_batch(spec: BatchSpec, out: TextIO | None = None) -> Outcome:
     if recipes:
         raw["recipes"] = {r.name: str(r.params_file) for r in recipes}
     reports = spec.reports_dir
-    outcome = Outcome(ok=True)
     with _lock(spec.run_dir):
         state = read_state(spec.run_dir)
         state.update(run=spec.run_name, params_file=str(spec.params_file or ""), kernel=kernel,
                      notebooks=[{"number": u.nb.number, "stage": u.key, "notebook": str(u.nb.path)} for u in every])
-        state_path = spec.run_dir / STATE
         recipe_files.prepare(spec.run_dir, recipes)
         print(f"batch {spec.run_name}: {len(chosen)} stage(s) ({', '.join(u.label for u in chosen)}), "
               f"kernel {kernel}, data in {spec.run_dir}, reports in {reports}", file=out, flush=True)
         t_batch = time.monotonic()
+        run = _Run(spec, out, kernel, every, chosen, resolved, state,
+                   lambda: write_index(spec.run_dir, reports, state, raw))
         for group in _groups(chosen, spec.parallel):
-            pending: list[tuple[Unit, dict[str, Any], str, Path, dict[str, Any]]] = []
-            jobs: dict[Job, tuple[Unit, LiveLine, float, dict[str, Any]]] = {}
-            for u in group:
-                prefix = f"[{chosen.index(u) + 1}/{len(chosen)}] {u.label}"
-                before = every[:every.index(u)]
-                inputs = {b.key: input_stamp(state["stages"].get(b.key)) for b in before if b.nb != u.nb}
-                own = params_digest(resolved[u.key])
-                want = stage_digest(own, inputs)
-                entry = state["stages"].get(u.key)
-                previous = dict(entry or {})
-                unit_run = RunDir(Path(spec.runs_root) / u.run_name(spec.run_name))
-                unit_reports = Path(spec.reports_root) / u.run_name(spec.run_name)
-                why = skip_reason(u.nb, entry, want, unit_run, unit_reports)
-                if why:
-                    print(f"{prefix}  skipped: {why} ({unit_run.stage_dir(u.nb.stage)})", file=out, flush=True)
-                    outcome.skipped.append(u.key)
-                    continue
-                # overwrite only outputs made with other params; a stage resumed with its own params keeps its items
-                force = spec.force and not (entry and entry.get("digest") == want)
-                started = datetime.now(UTC).isoformat(timespec="seconds")
-                output = unit_reports / u.nb.path.name
-                logs = reports / "logs"
-                logs.mkdir(parents=True, exist_ok=True)
-                log_path = logs / f"{u.key.replace(':', '-')}.log"
-                state["stages"][u.key] = {"number": u.nb.number, "stage": u.nb.stage,
-                                          "recipe": u.recipe and u.recipe.name,
-                                          "notebook": output.relative_to(reports).as_posix(),
-                                          "log": log_path.relative_to(reports).as_posix(), "params_digest": own,
-                                          "inputs": inputs, "digest": want, "complete": False, "status": "running",
-                                          "started": started, "elapsed_s": None, "error": None, "forced": force}
-                atomic_write_json(state_path, state)
-                progress = unit_run.file(u.nb.stage, PROGRESS)
-                progress.unlink(missing_ok=True)
-                pending.append((u, dict(label=u.label, notebook=u.nb.path, spec=_run_spec(spec, u, kernel, force),
-                                        log_path=log_path, output=output, started=started, params_digest=own),
-                                prefix, progress, previous))
-            for u, fields, prefix, progress, previous in pending:
-                # units that run at once share the GPU, and their lines are printed one under another
-                job = Job(**fields, gpu_share=1 / len(pending))
-                line = LiveLine(prefix, progress, out, spec.line_every_s, in_place=None if len(pending) == 1 else False)
-                jobs[job] = (u, line, time.monotonic(), previous)
-
-            def done(job: Job, failure: Failure | None, jobs=jobs) -> None:
-                u, line, t0, previous = jobs[job]
-                elapsed = round(time.monotonic() - t0, 3)
-                unit_run = RunDir(Path(spec.runs_root) / u.run_name(spec.run_name))
-                entry = state["stages"][u.key]
-                entry["elapsed_s"] = elapsed
-                if job.output.exists():
-                    export_html(job.output)
-                if failure is not None:
-                    entry.update(status="failed", error=failure.text)
-                    if failure.ename == "ParamsMismatch":  # refused: its outputs are still the old ones
-                        entry["digest"] = previous.get("digest")
-                    line.finish(f"{line.prefix}  FAILED after {clock(elapsed)}")
-                    if outcome.ok:
-                        outcome.ok, outcome.failed = False, u.key
-                        outcome.message = (f"error: {failure.text}\n  the partly executed notebook: {job.output}\n"
-                                           f"  the kernel's log: {job.log_path}\n  fix it and run the same command "
-                                           "again: finished stages are skipped")
-                else:
-                    summary = unit_run.read_summary(u.nb.stage)
-                    complete = bool(summary and summary.get("complete"))
-                    entry.update(status="complete" if complete else "incomplete", complete=complete,
-                                 stage_elapsed_s=(summary or {}).get("elapsed_s"))
-                    line.finish(f"{line.prefix}  {'done' if complete else 'stopped'} in {clock(elapsed)}"
-                                + _headline(summary))
-                    outcome.ran.append(u.key)
-                    if not complete:
-                        why = (summary or {}).get("stopped") or \
-                            f"no complete summary.json in {unit_run.stage_dir(u.nb.stage)}"
-                        entry["error"] = f"not complete: {why}"
-                        if outcome.ok:
-                            outcome.ok, outcome.failed = False, u.key
-                            outcome.message = (f"error: stage {u.label} ran but did not finish ({why}); later "
-                                               "stages were not run. Run the same command again to continue it.")
-                atomic_write_json(state_path, state)
-                write_index(spec.run_dir, reports, state, raw)
-
-            lines = [line for _, line, _, _ in jobs.values()]
-            for line in lines:
-                line.start()
-            try:
-                if len(jobs) == 1:
-                    job = next(iter(jobs))
-                    done(job, run_job(job))
-                elif jobs:
-                    run_at_once(list(jobs), done)
-            finally:
-                for line in lines:
-                    line.stop()
-            if not outcome.ok:
+            run.group(group)
+            if not run.outcome.ok:
                 break
+        outcome = run.outcome
         if outcome.ok:
             write_index(spec.run_dir, reports, state, raw)
             print(f"batch {spec.run_name}: {len(outcome.ran)} ran, {len(outcome.skipped)} skipped, "
                   f"{clock(time.monotonic() - t_batch)}; report: {reports / 'index.html'}", file=out, flush=True)
         print(time_table(state, outcome.ran), file=out, flush=True)
     return outcome
+
+
+@dataclass
+class _Started:
+    """A unit the batch has started: what its end needs to know."""
+
+    unit: Unit
+    line: LiveLine
+    t0: float
+    previous: dict[str, Any]  # its batch.json entry before this run
+
+
+class _Run:
+    """One `run_batch`: its record (batch.json), its outcome, and the units it starts and finishes."""
+
+    def __init__(self, spec: BatchSpec, out: TextIO, kernel: str, every: list[Unit], chosen: list[Unit],
+                 resolved: dict[str, dict[str, Any]], state: dict[str, Any], write_index: Any):
+        self.spec, self.out, self.kernel, self.every, self.chosen = spec, out, kernel, every, chosen
+        self.resolved, self.state, self.write_index = resolved, state, write_index
+        self.state_path = spec.run_dir / STATE
+        self.outcome = Outcome(ok=True)
+        self.started: dict[Job, _Started] = {}
+
+    def group(self, group: list[Unit]) -> None:
+        """Run the units of one group: one in this process, several at once in processes of their own."""
+        ready = [r for r in (self.prepare(u) for u in group) if r is not None]
+        jobs = []
+        for u, fields, prefix, progress, previous in ready:
+            # units that run at once share the GPU, and their lines are printed one under another
+            job = Job(**fields, gpu_share=1 / len(ready))
+            line = LiveLine(prefix, progress, self.out, self.spec.line_every_s,
+                            in_place=None if len(ready) == 1 else False)
+            self.started[job] = _Started(u, line, time.monotonic(), previous)
+            jobs.append(job)
+        for job in jobs:
+            self.started[job].line.start()
+        try:
+            if len(jobs) == 1:
+                self.done(jobs[0], run_job(jobs[0]))
+            elif jobs:
+                run_at_once(jobs, self.done)
+        finally:
+            for job in jobs:
+                self.started[job].line.stop()
+
+    def prepare(self, u: Unit) -> tuple[Unit, dict[str, Any], str, Path, dict[str, Any]] | None:
+        """Skip `u` (None) or record it as running: its job's fields, its line's prefix and progress file."""
+        spec, state = self.spec, self.state
+        prefix = f"[{self.chosen.index(u) + 1}/{len(self.chosen)}] {u.label}"
+        before = self.every[:self.every.index(u)]
+        inputs = {b.key: input_stamp(state["stages"].get(b.key)) for b in before if b.nb != u.nb}
+        own = params_digest(self.resolved[u.key])
+        want = stage_digest(own, inputs)
+        entry = state["stages"].get(u.key)
+        previous = dict(entry or {})
+        unit_run = RunDir(Path(spec.runs_root) / u.run_name(spec.run_name))
+        unit_reports = Path(spec.reports_root) / u.run_name(spec.run_name)
+        why = skip_reason(u.nb, entry, want, unit_run, unit_reports)
+        if why:
+            print(f"{prefix}  skipped: {why} ({unit_run.stage_dir(u.nb.stage)})", file=self.out, flush=True)
+            self.outcome.skipped.append(u.key)
+            return None
+        # overwrite only outputs made with other params; a stage resumed with its own params keeps its items
+        force = spec.force and not (entry and entry.get("digest") == want)
+        started = datetime.now(UTC).isoformat(timespec="seconds")
+        output = unit_reports / u.nb.path.name
+        reports = spec.reports_dir
+        logs = reports / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log_path = logs / f"{u.key.replace(':', '-')}.log"
+        state["stages"][u.key] = {"number": u.nb.number, "stage": u.nb.stage, "recipe": u.recipe and u.recipe.name,
+                                  "notebook": output.relative_to(reports).as_posix(),
+                                  "log": log_path.relative_to(reports).as_posix(), "params_digest": own,
+                                  "inputs": inputs, "digest": want, "complete": False, "status": "running",
+                                  "started": started, "elapsed_s": None, "error": None, "forced": force}
+        atomic_write_json(self.state_path, state)
+        progress = unit_run.file(u.nb.stage, PROGRESS)
+        progress.unlink(missing_ok=True)
+        fields = dict(label=u.label, notebook=u.nb.path, spec=_run_spec(spec, u, self.kernel, force),
+                      log_path=log_path, output=output, started=started, params_digest=own)
+        return u, fields, prefix, progress, previous
+
+    def done(self, job: Job, failure: Failure | None) -> None:
+        """Record how a unit's run ended (the first failure or unfinished stage is the batch's outcome)."""
+        s = self.started[job]
+        u, line, outcome = s.unit, s.line, self.outcome
+        elapsed = round(time.monotonic() - s.t0, 3)
+        unit_run = RunDir(Path(self.spec.runs_root) / u.run_name(self.spec.run_name))
+        entry = self.state["stages"][u.key]
+        entry["elapsed_s"] = elapsed
+        if job.output.exists():
+            export_html(job.output)
+        if failure is not None:
+            entry.update(status="failed", error=failure.text)
+            if failure.ename == "ParamsMismatch":  # refused: its outputs are still the old ones
+                entry["digest"] = s.previous.get("digest")
+            line.finish(f"{line.prefix}  FAILED after {clock(elapsed)}")
+            if outcome.ok:
+                outcome.ok, outcome.failed = False, u.key
+                outcome.message = (f"error: {failure.text}\n  the partly executed notebook: {job.output}\n"
+                                   f"  the kernel's log: {job.log_path}\n  fix it and run the same command "
+                                   "again: finished stages are skipped")
+        else:
+            summary = unit_run.read_summary(u.nb.stage)
+            complete = bool(summary and summary.get("complete"))
+            entry.update(status="complete" if complete else "incomplete", complete=complete,
+                         stage_elapsed_s=(summary or {}).get("elapsed_s"))
+            line.finish(f"{line.prefix}  {'done' if complete else 'stopped'} in {clock(elapsed)}" + _headline(summary))
+            outcome.ran.append(u.key)
+            if not complete:
+                why = (summary or {}).get("stopped") or f"no complete summary.json in {unit_run.stage_dir(u.nb.stage)}"
+                entry["error"] = f"not complete: {why}"
+                if outcome.ok:
+                    outcome.ok, outcome.failed = False, u.key
+                    outcome.message = (f"error: stage {u.label} ran but did not finish ({why}); later "
+                                       "stages were not run. Run the same command again to continue it.")
+        atomic_write_json(self.state_path, self.state)
+        self.write_index()
 
 
 def time_table(state: dict[str, Any], ran: list[str]) -> str:

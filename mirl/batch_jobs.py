@@ -165,6 +165,10 @@ def _child(conn: Any, job: Job) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, first_only)
+    # the whole process's stderr into the job's log: what is printed after the run (asyncio's report of
+    # a kernel that died while it was stopped, say) belongs to the job, not to the batch's console
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(job.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644), 2)
     try:
         result: Failure | None = run_job(job)
     except BaseException as e:  # noqa: BLE001 - an interrupt or a bug here: the parent still hears of it
