@@ -5,8 +5,8 @@ each other (each in its own run directory, each reading the shared stages 01-03)
 training of a small policy leaves most of the device idle (its steps wait on sandboxes and tests), so
 `mirl batch --parallel N` runs up to N of them at once. Each then runs in a child process: the kernel
 inherits its parent's environment and file descriptor 2, which are per process, and each unit's kernel
-needs its own log in both, and its own share of the GPU (`MIRL_GPU_SHARE`, 1/N: trainings that start
-together each see the GPU free, and four engines sizing their KV pages from that ran it out of memory).
+needs its own log in both, and its own share of the GPU for its engine's KV pages (`MIRL_GPU_SHARE`,
+1/N: trainings that start together each see the GPU nearly free, and would each size their pages from that).
 """
 
 from __future__ import annotations
