@@ -12,7 +12,10 @@ users. /etc is an overlay over the host's (the task's files and the session's wr
 layer), which costs one mount; where overlayfs is not available it is a copy of the host's /etc
 (0.1 to 1 s a session, more the busier the disk: /etc holds thousands of files and links). The
 host's /usr, /bin, /sbin, /lib*, /boot and /opt are read-only there (`READ_ONLY`): a command cannot
-change the host's programs, though it still sees its processes, network, kernel knobs and other files.
+change the host's programs. Nor its users' files: /root and /home are overlays there too (`SHIELDED`:
+the host's files seen, a session's writes its own; read-only where overlayfs is not available), and the
+directory the kit runs in and its HOME are read-only (a sampled `rm -rf` once emptied a GPU run's
+directory mid-training). A command still sees the host's processes, network, kernel knobs and other files.
 Otherwise commands run in the temp copy of WORKDIR and absolute paths point at the host (RUN
 lines too: a line writing to /app writes the host's /app). RUN lines that install packages are
 skipped with a warning; install them on the machine yourself.
@@ -73,13 +76,16 @@ PIDS_LIMIT = 1024
 PRIVATE_DIRS = ("/tmp", "/etc")  # the session's own (see LocalSession._private_copies)
 RUNNER_START_S = 15.0
 _unshare_ok: bool | None = None
-_overlay_ok: bool | None = None
+_overlay_ok: dict[str, bool] = {}
 _unshare_lock = threading.Lock()
 
 MS_BIND = 0x1000
 # read-only in a session's namespace: the host's programs, libraries and installed software (a GPU image's
 # Python and torch live under /opt); the rest of the host stays writable for what a task creates (/solution)
 READ_ONLY = [b"/usr", b"/bin", b"/sbin", b"/lib", b"/lib32", b"/lib64", b"/libx32", b"/boot", b"/opt"]
+# the host users' files: overlays in a session (seen, but a session's writes, `useradd -m` included, stay its own),
+# read-only where overlayfs is not available; a directory the task binds as its own (WORKDIR /root) stays a bind
+SHIELDED = ("/root", "/home")
 
 
 def unshare_works() -> bool:
@@ -102,13 +108,12 @@ def unshare_works() -> bool:
         return _unshare_ok
 
 
-def overlay_works() -> bool:
-    """An overlay over the host's /etc, with its upper layer in the temp directory the sessions use,
-    can be mounted in a private mount namespace (not where that directory is itself an overlay, as in
-    many containers). Checked once per process."""
-    global _overlay_ok
+def overlay_works(lower: str = "/etc") -> bool:
+    """An overlay over the host's `lower` (/etc, /root, /home), with its upper layer in the temp directory
+    the sessions use, can be mounted in a private mount namespace (not where that directory is itself
+    an overlay, as in many containers). Checked once per process and directory."""
     with _unshare_lock:
-        if _overlay_ok is None:
+        if lower not in _overlay_ok:
             ok = False
             if shutil.which("mount"):
                 tmp = Path(tempfile.mkdtemp(prefix="mirl-overlay-probe-"))
@@ -116,19 +121,19 @@ def overlay_works() -> bool:
                     (tmp / "upper").mkdir()
                     (tmp / "work").mkdir()
                     r = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "overlay",
-                                        "overlay", "-o", _overlay_options(tmp / "upper", tmp / "work"), "/etc"],
+                                        "overlay", "-o", _overlay_options(lower, tmp / "upper", tmp / "work"), lower],
                                        capture_output=True, timeout=10)
                     ok = r.returncode == 0
                 except (OSError, subprocess.SubprocessError):
                     pass
                 finally:
                     shutil.rmtree(tmp, ignore_errors=True)
-            _overlay_ok = ok
-        return _overlay_ok
+            _overlay_ok[lower] = ok
+        return _overlay_ok[lower]
 
 
-def _overlay_options(upper: Path, work: Path) -> str:
-    return f"lowerdir=/etc,upperdir={upper},workdir={work}"
+def _overlay_options(lower: str, upper: Path, work: Path) -> str:
+    return f"lowerdir={lower},upperdir={upper},workdir={work}"
 
 
 def _installs(step: layers.Step) -> bool:
@@ -143,22 +148,24 @@ def _sweep_on(tokens: list[bytes], sids: list[int], rounds: int = 20) -> None:
         if not kill_tree(tokens, sids, max_s=0.5):
             return
 
-def _runner_steps(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | None, overlay: bytes | None = None,
-                  namespace: int | None = None) -> list[tuple]:
+def _runner_steps(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | None, overlays: dict[bytes, bytes] | None = None,
+                  namespace: int | None = None, protect: list[bytes] = ()) -> list[tuple]:
     """What the runner does before it runs (`mirl.sandbox.prelude`): join the cgroup, then (if binds)
-    a private mount namespace where the host's programs and libraries are read-only (READ_ONLY) and
-    the session's directories are bound over the host paths; with `overlay` (its mount options), /etc
-    is an overlay rather than a bind. With `namespace` (a descriptor of the session's mount namespace,
-    made by its first runner), that namespace is joined as it is instead."""
+    a private mount namespace where the host's programs and libraries (READ_ONLY) and the paths in
+    `protect` are read-only and the session's directories are bound over the host paths; a bind whose
+    destination is in `overlays` (destination -> mount options: /etc, /root, /home) is an overlay
+    rather than a bind. With `namespace` (a descriptor of the session's mount namespace, made by its
+    first runner), that namespace is joined as it is instead."""
     steps = [join_step(cgroup)] if cgroup is not None else []
     if namespace is not None:
         return steps + [("setns", namespace)]
     if not binds:
         return steps
-    steps += [("unshare",), ("readonly", READ_ONLY)]
+    overlays = overlays or {}
+    steps += [("unshare",), ("readonly", READ_ONLY + list(protect))]
     for src, dest in binds:
-        if overlay is not None and dest == b"/etc":
-            steps.append(("mount", b"overlay", dest, b"overlay", 0, overlay, f"overlay mount on {dest!r}"))
+        if dest in overlays:
+            steps.append(("mount", b"overlay", dest, b"overlay", 0, overlays[dest], f"overlay mount on {dest!r}"))
         else:
             steps.append(("mount", src, dest, None, MS_BIND, None, f"bind mount {src!r} on {dest!r}"))
     return steps
@@ -184,13 +191,14 @@ class Runner(Channel):
     """The session's long-lived runner (`init_script.INIT_CODE`) and its control socket."""
 
     def __init__(self, binds: list[tuple[Path, str]], cgroup: PidsCgroup | None, env: dict[str, str], cwd: str,
-                 overlay: str | None = None, namespace: int | None = None):
+                 overlays: dict[str, str] | None = None, namespace: int | None = None, protect: list[str] = ()):
         self.next_id = 0
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         Channel.__init__(self, host, "the local command runner")
         mounts = [(str(src).encode(), dest.encode()) for src, dest in binds]
-        steps = _runner_steps(mounts, cgroup, overlay.encode() if overlay else None, namespace)
-        python = _runner_python([dest for _, dest in binds])
+        steps = _runner_steps(mounts, cgroup, {d.encode(): o.encode() for d, o in (overlays or {}).items()}, namespace,
+                              [p.encode() for p in protect])
+        python = _runner_python([dest for _, dest in binds if dest not in (overlays or {})])
         argv = prelude_argv(steps, [python, "-I", "-S", "-c", INIT_CODE, str(child.fileno())])
         try:  # no preexec_fn: a vfork, so starting a session never holds the GIL for a fork (see prelude.py)
             self.proc = subprocess.Popen(
@@ -275,11 +283,13 @@ class LocalSession:
         }
         self.namespaced = unshare_works()
         self.binds = []
-        self.overlay: str | None = None  # the mount options of the session's /etc overlay
+        self.overlays: dict[str, str] = {}  # destination -> mount options: /etc, /root and /home where overlayfs works
+        self.protect: list[str] = []  # read-only in the session: the kit's directory and HOME, SHIELDED without overlays
         self.namespace: int | None = None  # a descriptor of its mount namespace, which a new runner joins
         if self.namespaced:
             own = [plan.workdir, "/logs", "/tests", *PRIVATE_DIRS]
             self._private_copies()
+            own += self._shield(own)
             # the temp root lies under the host's /tmp, which the session's own /tmp covers: HOME is kept there
             if self._under_tmp(self.home):
                 self.home = self.root / "tmp" / os.path.relpath(os.path.realpath(self.home), "/tmp")
@@ -315,7 +325,7 @@ class LocalSession:
         if overlay_works():  # the task's files under /etc are the upper layer as they lie
             (self.root / "etc").mkdir(exist_ok=True)
             (self.tmp / "etc-work").mkdir()
-            self.overlay = _overlay_options(self.root / "etc", self.tmp / "etc-work")
+            self.overlays["/etc"] = _overlay_options("/etc", self.root / "etc", self.tmp / "etc-work")
             self._copy_etc_mounts()
             return
 
@@ -328,6 +338,32 @@ class LocalSession:
                             ignore_dangling_symlinks=True)
         except shutil.Error as e:  # unreadable or special files: the rest is copied
             log.debug("local sandbox: /etc copied with %d file(s) left out", len(e.args[0]))
+
+    def _shield(self, own: list[str]) -> list[str]:
+        """Keep the session's commands off the host's data: each SHIELDED directory the task does not bind
+        as its own becomes an overlay (returned, to be mounted among the binds; the task's files there are
+        its upper layer) or, without overlayfs, read-only; the directory the kit runs in and its HOME are
+        read-only, unless they lie under /tmp (the session's own there) or hold the session's temp root."""
+        mine = {os.path.normpath(d) for d in own}
+        overlaid = []
+        for d in SHIELDED:
+            if d in mine or not os.path.isdir(d) or os.path.islink(d):
+                continue
+            if overlay_works(d):
+                (self.root / d.lstrip("/")).mkdir(parents=True, exist_ok=True)
+                work = self.tmp / f"{d.strip('/')}-work"
+                work.mkdir()
+                self.overlays[d] = _overlay_options(d, self.root / d.lstrip("/"), work)
+                overlaid.append(d)
+            else:
+                self.protect.append(d)
+        tmp = os.path.realpath(self.tmp)
+        for d in {os.path.realpath(os.getcwd()), os.path.realpath(os.path.expanduser("~"))}:
+            inside = [s for s in (*overlaid, *self.protect) if d == s or d.startswith(s + "/")]
+            if d == "/" or self._under_tmp(Path(d)) or inside or tmp.startswith(d.rstrip("/") + "/"):
+                continue
+            self.protect.append(d)
+        return overlaid
 
     def _copy_etc_mounts(self) -> None:
         """What is mounted on paths inside the host's /etc (a container's resolv.conf, hosts and
@@ -409,7 +445,7 @@ class LocalSession:
         processes the dead one left see the same mounts as new ones (never a second overlay on one
         upper layer)."""
         env = {"PATH": self.env["PATH"], "LANG": self.env["LANG"], SESSION_VAR: self.id}
-        runner = Runner(self.binds, self.cgroup, env, str(self.root), self.overlay, self.namespace)
+        runner = Runner(self.binds, self.cgroup, env, str(self.root), self.overlays, self.namespace, self.protect)
         if self.binds and self.namespace is None:
             try:
                 self.namespace = os.open(f"/proc/{runner.proc.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
@@ -503,9 +539,16 @@ class LocalSession:
 
     def _put_tests(self) -> None:
         dest, logs = self.root / "tests", self.root / "logs" / "verifier"
-        # empty them in place: the runner's namespace has /logs and /tests bound on these directories
+        # empty them in place: the runner's namespace has /logs and /tests bound on these directories. This
+        # runs on the host, outside the namespace: a command that made /logs/verifier a link to a host
+        # directory must not have that directory emptied, so a link is removed, never followed.
         for d in (dest, logs):
+            if d.is_symlink() or (d.exists() and not d.is_dir()):
+                d.unlink()
             d.mkdir(parents=True, exist_ok=True)
+            if not os.path.realpath(d).startswith(os.path.realpath(self.root) + os.sep):
+                raise SandboxError(f"task {self.task.id}: {d} leads out of the session's files to "
+                                   f"{os.path.realpath(d)}; the tests were not put there")
             for entry in d.iterdir():
                 if entry.is_dir() and not entry.is_symlink():
                     shutil.rmtree(entry, ignore_errors=True)

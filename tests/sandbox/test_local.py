@@ -147,14 +147,14 @@ def test_the_session_etc_is_the_hosts_plus_the_tasks_and_its_own_writes(sandbox,
     namespaced()
     if overlay and not local_backend.overlay_works():
         missing("an overlayfs mount over /etc in a private mount namespace", "run as root on a kernel with overlayfs")
-    monkeypatch.setattr(local_backend, "_overlay_ok", overlay)
+    monkeypatch.setattr(local_backend, "_overlay_ok", {d: overlay for d in ("/etc", *local_backend.SHIELDED)})
     task = task_factory(dockerfile="FROM x\nWORKDIR /app\nCOPY mirl.conf /etc/mirl-test/mirl.conf\n",
                         files={"mirl.conf": "task=1\n"})
     gone_dir, gone_file = _host_etc_dir_with_a_file()
     host_file = Path(gone_file).read_bytes()
     host_passwd = Path("/etc/passwd").read_text()
     with sandbox.start(task) as s:
-        assert (s.overlay is not None) == overlay
+        assert ("/etc" in s.overlays) == overlay
         assert (s.root / "etc" / "passwd").exists() != overlay  # the overlay copied none of the host's /etc
         r = s.run(f"cat /etc/mirl-test/mirl.conf && grep -c '^root:' /etc/passwd && echo x >> /etc/passwd "
                   f"&& rm -r {gone_dir} && echo made > /etc/mirl-test/new.txt")
@@ -324,6 +324,63 @@ def test_the_hosts_programs_are_read_only_in_a_session(sandbox, task_factory, tm
         probe.unlink(missing_ok=True)
         shutil.rmtree("/mirl-solution-probe", ignore_errors=True)
     assert not probe.exists()
+
+
+@pytest.mark.parametrize("overlay", [True, False], ids=["overlay", "read-only"])
+def test_the_hosts_homes_and_the_kits_directory_are_out_of_a_sessions_reach(sandbox, task_factory, monkeypatch,
+                                                                            overlay):
+    """A policy at temperature 1.0 samples `rm -rf` too: on a GPU machine a run's directory under /root was
+    emptied mid-training. In a session the host's /root and /home are overlays (the host's files seen; the
+    session's writes and deletions its own, so `useradd -m` still works) or, without overlayfs, read-only;
+    the directory the kit runs in is read-only."""
+    import uuid
+
+    namespaced()
+    if overlay and not all(local_backend.overlay_works(d) for d in local_backend.SHIELDED):
+        missing("an overlayfs mount over /root and /home in a private mount namespace", "run as root with overlayfs")
+    monkeypatch.setattr(local_backend, "_overlay_ok", {"/etc": True, **{d: overlay for d in local_backend.SHIELDED}})
+    tag = uuid.uuid4().hex[:8]
+    kit = Path("/var/tmp") / f"mirl-kit-{tag}"  # neither under /tmp (the session's own) nor a shielded directory
+    root_file, home_dir = Path("/root") / f".mirl-probe-{tag}", Path("/home") / f"mirl-probe-{tag}"
+    try:
+        kit.mkdir()
+        (kit / "run.json").write_text("kept\n")
+        root_file.write_text("host\n")
+        monkeypatch.chdir(kit)
+        with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /app\n")) as s:
+            r = s.run(f"cat {root_file}; rm -f {root_file}; test -e {root_file}; echo $?; mkdir {home_dir}; echo $?; "
+                      f"rm -f {kit}/run.json; test -e {kit}/run.json; echo $?")
+            seen, *codes = r.output.split("\n")[0], *[line for line in r.output.split("\n") if line.isdigit()]
+            assert seen == "host", r.output
+            assert codes == (["1", "0", "0"] if overlay else ["0", "1", "0"]), r.output
+            assert "Read-only file system" in r.output, r.output
+        assert root_file.read_text() == "host\n" and not home_dir.exists()
+        assert (kit / "run.json").read_text() == "kept\n"
+    finally:
+        root_file.unlink(missing_ok=True)
+        shutil.rmtree(home_dir, ignore_errors=True)
+        shutil.rmtree(kit, ignore_errors=True)
+
+
+def test_a_verifier_folder_made_a_link_to_the_host_is_never_emptied(sandbox, task_factory):
+    """The tests are put into /tests and /logs/verifier from the host, outside the session's mounts: a
+    command that replaced /logs/verifier with a link to a host directory must not have that directory's
+    files deleted; the link is replaced by a folder of the session's own and the tests still run."""
+    import uuid
+
+    namespaced()
+    keep = Path("/var/tmp") / f"mirl-keep-{uuid.uuid4().hex[:8]}"
+    try:
+        keep.mkdir()
+        (keep / "data").write_text("kept\n")
+        with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /app\n",
+                                        test_sh="#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")) as s:
+            assert s.run(f"rm -rf /logs/verifier && ln -s {keep} /logs/verifier").exit_code == 0
+            result = s.verify()
+        assert result.reward == 1.0, result
+        assert sorted(os.listdir(keep)) == ["data"] and (keep / "data").read_text() == "kept\n"
+    finally:
+        shutil.rmtree(keep, ignore_errors=True)
 
 
 def test_a_bind_over_this_pythons_home_runs_the_runner_on_the_systems(sandbox, task_factory):
