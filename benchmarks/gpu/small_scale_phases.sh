@@ -63,6 +63,11 @@ PY
   mkdir -p "$W/runs" && mv "$T/new" "$S" || exit 1
   rm -rf "$T"; trap - EXIT
 fi
+# a run whose seeded stages are gone cannot go on (on 2026-12-06 a call's end found them deleted, most likely by
+# a sampled command, before the local sandbox kept its sessions off /root): say so rather than fail in a stage
+for d in profiling taxonomy prefixes; do
+  [ -d "$S/$d" ] || { echo "small_scale_phases: $S/$d is gone; start the run afresh: rm -rf $S $W/$SMALL_NAME.phase*"; exit 1; }
+done
 END=$((SECONDS + CALL))
 LOG=${OUT:-$W}/log.txt
 # the run goes back packed once, whatever way this call ends (small_scale.sh would pack after every phase)
