@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The small-scale experiment in phases, one device call after another (benchmarks/gpu/NOTES.md):
-#   bash benchmarks/gpu/small_scale_phases.sh [CALL_S]
+#   bash benchmarks/gpu/small_scale_phases.sh [CALL_S]     (CALL_S: the seconds this call may take, stop and packing included)
 # from the repository root. The first call unpacks the seeded run (stages 01-03 and the base policy's
 # continuations, docs/small_scale/data/runs.tar.xz) into $SMALL_WORK (default ~/small-work) with every
 # recipe's training and the seeded pass@1 dropped; then the recipes are trained one after another,
@@ -68,7 +68,10 @@ fi
 for d in profiling taxonomy prefixes; do
   [ -d "$S/$d" ] || { echo "small_scale_phases: $S/$d is gone; start the run afresh: rm -rf $S $W/$SMALL_NAME.phase*"; exit 1; }
 done
-END=$((SECONDS + CALL))
+# the batch's deadline leaves room for what follows it inside CALL: its stop (SIGINT, then SIGKILL 20 s later),
+# the ending of what it left (up to 15 s) and the packing; a call of 575 s without it ended at 594 s (2026-12-06)
+STOP_S=45
+END=$((SECONDS + CALL - STOP_S))
 LOG=${OUT:-$W}/log.txt
 # the run goes back packed once, whatever way this call ends (small_scale.sh would pack after every phase)
 export SMALL_PACK=0
