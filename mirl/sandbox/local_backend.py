@@ -14,8 +14,10 @@ layer), which costs one mount; where overlayfs is not available it is a copy of 
 host's /usr, /bin, /sbin, /lib*, /boot and /opt are read-only there (`READ_ONLY`): a command cannot
 change the host's programs. Nor its users' files: /root and /home are overlays there too (`SHIELDED`:
 the host's files seen, a session's writes its own; read-only where overlayfs is not available), and the
-directory the kit runs in and its HOME are read-only (a sampled `rm -rf` once emptied a GPU run's
-directory mid-training). A command still sees the host's processes, network, kernel knobs and other files.
+directories the kit runs from (its working directory, HOME, code and Python) are read-only (a GPU run's
+directory under /root was emptied mid-training, most likely by a sampled `rm`). This keeps a sampled
+command off the kit's files, not a deliberate one: commands still run as root with the host's processes
+(`/proc/<pid>/root`), network, kernel knobs and other files, and may undo a mount.
 Otherwise commands run in the temp copy of WORKDIR and absolute paths point at the host (RUN
 lines too: a line writing to /app writes the host's /app). RUN lines that install packages are
 skipped with a warning; install them on the machine yourself.
@@ -293,7 +295,10 @@ class LocalSession:
             # the temp root lies under the host's /tmp, which the session's own /tmp covers: HOME is kept there
             if self._under_tmp(self.home):
                 self.home = self.root / "tmp" / os.path.relpath(os.path.realpath(self.home), "/tmp")
-            self.binds = self._bind_points(own + [d for w in written for d in self._merged(w, own)])
+            # a WORKDIR under an overlaid directory (/root/app) is bound over it, hiding what the host has there
+            wd = os.path.normpath(plan.workdir)
+            keep = {wd} if any(wd.startswith(o.rstrip("/") + "/") for o in self.overlays) else set()
+            self.binds = self._bind_points(own + [d for w in written for d in self._merged(w, own)], keep)
         if not self.namespaced:
             log.warning(
                 "local sandbox for %s: no private mount namespace (needs root and `unshare`); commands run in %s "
@@ -342,25 +347,38 @@ class LocalSession:
     def _shield(self, own: list[str]) -> list[str]:
         """Keep the session's commands off the host's data: each SHIELDED directory the task does not bind
         as its own becomes an overlay (returned, to be mounted among the binds; the task's files there are
-        its upper layer) or, without overlayfs, read-only; the directory the kit runs in and its HOME are
-        read-only, unless they lie under /tmp (the session's own there) or hold the session's temp root."""
+        its upper layer) or, without overlayfs, read-only; the directories the kit runs from (its working
+        directory, its HOME, its code and its Python) are read-only. A directory that holds the session's
+        temp root is left as it is: the binds' sources and the overlays' upper layers live there."""
         mine = {os.path.normpath(d) for d in own}
+        tmp = os.path.realpath(self.tmp)
+
+        def holds_tmp(d: str) -> bool:
+            return tmp == d or tmp.startswith(d.rstrip("/") + "/")
+
         overlaid = []
-        for d in SHIELDED:
-            if d in mine or not os.path.isdir(d) or os.path.islink(d):
+        for d in map(os.path.realpath, SHIELDED):  # /home may be a link (to /var/home)
+            if d in mine or not os.path.isdir(d) or holds_tmp(d):
                 continue
             if overlay_works(d):
-                (self.root / d.lstrip("/")).mkdir(parents=True, exist_ok=True)
-                work = self.tmp / f"{d.strip('/')}-work"
+                upper, st = self.root / d.lstrip("/"), os.stat(d)
+                upper.mkdir(parents=True, exist_ok=True)
+                os.chown(upper, st.st_uid, st.st_gid)  # /root stays 0700 in the session, as on the host
+                os.chmod(upper, st.st_mode & 0o7777)
+                work = self.tmp / f"{d.strip('/').replace('/', '-')}-work"
                 work.mkdir()
-                self.overlays[d] = _overlay_options(d, self.root / d.lstrip("/"), work)
+                self.overlays[d] = _overlay_options(d, upper, work)
                 overlaid.append(d)
             else:
                 self.protect.append(d)
-        tmp = os.path.realpath(self.tmp)
-        for d in {os.path.realpath(os.getcwd()), os.path.realpath(os.path.expanduser("~"))}:
-            inside = [s for s in (*overlaid, *self.protect) if d == s or d.startswith(s + "/")]
-            if d == "/" or self._under_tmp(Path(d)) or inside or tmp.startswith(d.rstrip("/") + "/"):
+        try:
+            kit = [os.getcwd(), os.path.expanduser("~"), str(Path(__file__).resolve().parents[2]), sys.prefix]
+        except OSError:  # the working directory was removed: nothing there to keep
+            kit = [os.path.expanduser("~"), str(Path(__file__).resolve().parents[2]), sys.prefix]
+        for d in dict.fromkeys(map(os.path.realpath, kit)):
+            inside = [s for s in (*overlaid, *self.protect, *(p.decode() for p in READ_ONLY))
+                      if d == s or d.startswith(s.rstrip("/") + "/")]
+            if d == "/" or self._under_tmp(Path(d)) or inside or holds_tmp(d):
                 continue
             self.protect.append(d)
         return overlaid
@@ -398,11 +416,12 @@ class LocalSession:
             return [dest]
         return [d for entry in sorted(os.listdir(src)) for d in self._merged(os.path.join(dest, entry), own)]
 
-    def _bind_points(self, dests: list[str]) -> list[tuple[Path, str]]:
-        """(temp path, host path) pairs, outermost first, nested ones dropped; mount points made."""
+    def _bind_points(self, dests: list[str], keep: set[str] = frozenset()) -> list[tuple[Path, str]]:
+        """(temp path, host path) pairs, outermost first, nested ones dropped but those in `keep`; mount
+        points made."""
         out: list[tuple[Path, str]] = []
         for dest in sorted({os.path.normpath(d) for d in dests if d and d != "/"}, key=len):
-            if any(dest == b or dest.startswith(b.rstrip("/") + "/") for _, b in out):
+            if dest not in keep and any(dest == b or dest.startswith(b.rstrip("/") + "/") for _, b in out):
                 continue
             src = self.root / dest.lstrip("/")
             if not src.exists():
@@ -542,13 +561,15 @@ class LocalSession:
         # empty them in place: the runner's namespace has /logs and /tests bound on these directories. This
         # runs on the host, outside the namespace: a command that made /logs/verifier a link to a host
         # directory must not have that directory emptied, so a link is removed, never followed.
+        root = os.path.realpath(self.root)
         for d in (dest, logs):
-            if d.is_symlink() or (d.exists() and not d.is_dir()):
-                d.unlink()
-            d.mkdir(parents=True, exist_ok=True)
-            if not os.path.realpath(d).startswith(os.path.realpath(self.root) + os.sep):
-                raise SandboxError(f"task {self.task.id}: {d} leads out of the session's files to "
-                                   f"{os.path.realpath(d)}; the tests were not put there")
+            for p in (d.parent, d):
+                if p.is_symlink() or (p.exists() and not p.is_dir()):
+                    p.unlink()
+                p.mkdir(exist_ok=True)
+                if os.path.realpath(p) != root and not os.path.realpath(p).startswith(root + os.sep):
+                    raise SandboxError(f"task {self.task.id}: {p} leads out of the session's files to "
+                                       f"{os.path.realpath(p)}; the tests were not put there")
             for entry in d.iterdir():
                 if entry.is_dir() and not entry.is_symlink():
                     shutil.rmtree(entry, ignore_errors=True)

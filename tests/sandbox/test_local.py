@@ -338,8 +338,10 @@ def test_the_hosts_homes_and_the_kits_directory_are_out_of_a_sessions_reach(sand
     namespaced()
     if overlay and not all(local_backend.overlay_works(d) for d in local_backend.SHIELDED):
         missing("an overlayfs mount over /root and /home in a private mount namespace", "run as root with overlayfs")
-    monkeypatch.setattr(local_backend, "_overlay_ok", {"/etc": True, **{d: overlay for d in local_backend.SHIELDED}})
+    etc = local_backend.overlay_works("/etc")
+    monkeypatch.setattr(local_backend, "_overlay_ok", {"/etc": etc, **{d: overlay for d in local_backend.SHIELDED}})
     tag = uuid.uuid4().hex[:8]
+    code = Path(local_backend.__file__).resolve().parents[2]  # the kit's own code: read-only, or an overlay's
     kit = Path("/var/tmp") / f"mirl-kit-{tag}"  # neither under /tmp (the session's own) nor a shielded directory
     root_file, home_dir = Path("/root") / f".mirl-probe-{tag}", Path("/home") / f"mirl-probe-{tag}"
     try:
@@ -349,17 +351,40 @@ def test_the_hosts_homes_and_the_kits_directory_are_out_of_a_sessions_reach(sand
         monkeypatch.chdir(kit)
         with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /app\n")) as s:
             r = s.run(f"cat {root_file}; rm -f {root_file}; test -e {root_file}; echo $?; mkdir {home_dir}; echo $?; "
-                      f"rm -f {kit}/run.json; test -e {kit}/run.json; echo $?")
+                      f"rm -f {kit}/run.json; test -e {kit}/run.json; echo $?; touch {code}/.mirl-probe-{tag}")
             seen, *codes = r.output.split("\n")[0], *[line for line in r.output.split("\n") if line.isdigit()]
             assert seen == "host", r.output
             assert codes == (["1", "0", "0"] if overlay else ["0", "1", "0"]), r.output
             assert "Read-only file system" in r.output, r.output
         assert root_file.read_text() == "host\n" and not home_dir.exists()
-        assert (kit / "run.json").read_text() == "kept\n"
+        assert (kit / "run.json").read_text() == "kept\n" and not (code / f".mirl-probe-{tag}").exists()
     finally:
+        (code / f".mirl-probe-{tag}").unlink(missing_ok=True)
         root_file.unlink(missing_ok=True)
         shutil.rmtree(home_dir, ignore_errors=True)
         shutil.rmtree(kit, ignore_errors=True)
+
+
+def test_a_workdir_under_the_overlaid_root_hides_the_hosts_files_there(sandbox, task_factory):
+    """WORKDIR /root/<dir> is bound over the /root overlay, as it was a bind before /root was one: what
+    the host has in that directory is not the task's; /root keeps the host's mode in the session."""
+    import uuid
+
+    namespaced()
+    if not local_backend.overlay_works("/root"):
+        missing("an overlayfs mount over /root in a private mount namespace", "run as root with overlayfs")
+    wd = Path("/root") / f"mirl-wd-{uuid.uuid4().hex[:8]}"
+    try:
+        wd.mkdir()
+        (wd / "hostfile").write_text("host\n")
+        with sandbox.start(task_factory(dockerfile=f"FROM x\nWORKDIR {wd}\nCOPY a.txt {wd}/a.txt\n",
+                                        files={"a.txt": "task\n"})) as s:
+            assert "/root" in s.overlays
+            r = s.run("ls -A && stat -c %a /root")
+            assert r.exit_code == 0 and r.output.split() == ["a.txt", oct(os.stat("/root").st_mode & 0o7777)[2:]], r.output
+        assert sorted(os.listdir(wd)) == ["hostfile"]
+    finally:
+        shutil.rmtree(wd, ignore_errors=True)
 
 
 def test_a_verifier_folder_made_a_link_to_the_host_is_never_emptied(sandbox, task_factory):
