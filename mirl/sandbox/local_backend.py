@@ -79,6 +79,7 @@ PRIVATE_DIRS = ("/tmp", "/etc")  # the session's own (see LocalSession._private_
 RUNNER_START_S = 15.0
 _unshare_ok: bool | None = None
 _overlay_ok: dict[str, bool] = {}
+_metacopy_ok: dict[str, bool] = {}
 _unshare_lock = threading.Lock()
 
 MS_BIND = 0x1000
@@ -113,29 +114,36 @@ def unshare_works() -> bool:
 def overlay_works(lower: str = "/etc") -> bool:
     """An overlay over the host's `lower` (/etc, /root, /home), with its upper layer in the temp directory
     the sessions use, can be mounted in a private mount namespace (not where that directory is itself
-    an overlay, as in many containers). Checked once per process and directory."""
+    an overlay, as in many containers). Checked once per process and directory, and with it whether
+    the overlay takes `metacopy=on` (`_metacopy_ok`)."""
     with _unshare_lock:
         if lower not in _overlay_ok:
-            ok = False
-            if shutil.which("mount"):
-                tmp = Path(tempfile.mkdtemp(prefix="mirl-overlay-probe-"))
-                try:
-                    (tmp / "upper").mkdir()
-                    (tmp / "work").mkdir()
-                    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "overlay",
-                                        "overlay", "-o", _overlay_options(lower, tmp / "upper", tmp / "work"), lower],
-                                       capture_output=True, timeout=10)
-                    ok = r.returncode == 0
-                except (OSError, subprocess.SubprocessError):
-                    pass
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
-            _overlay_ok[lower] = ok
+            _overlay_ok[lower] = _probe_overlay(lower, "")
+            _metacopy_ok[lower] = _overlay_ok[lower] and _probe_overlay(lower, ",metacopy=on")
         return _overlay_ok[lower]
 
 
-def _overlay_options(lower: str, upper: Path, work: Path) -> str:
-    return f"lowerdir={lower},upperdir={upper},workdir={work}"
+def _probe_overlay(lower: str, extra: str) -> bool:
+    if not shutil.which("mount"):
+        return False
+    tmp = Path(tempfile.mkdtemp(prefix="mirl-overlay-probe-"))
+    try:
+        (tmp / "upper").mkdir()
+        (tmp / "work").mkdir()
+        r = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "overlay", "overlay",
+                            "-o", _overlay_options(lower, tmp / "upper", tmp / "work") + extra, lower],
+                           capture_output=True, timeout=10)
+        return r.returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _overlay_options(lower: str, upper: Path, work: Path, metacopy: bool = False) -> str:
+    """With `metacopy`, a `chmod -R` or `chown -R` over the host's /root copies the files' metadata up,
+    not their data (a sampled one over a Python tree would copy gigabytes a session)."""
+    return f"lowerdir={lower},upperdir={upper},workdir={work}" + (",metacopy=on" if metacopy else "")
 
 
 def _installs(step: layers.Step) -> bool:
@@ -367,7 +375,7 @@ class LocalSession:
                 os.chmod(upper, st.st_mode & 0o7777)
                 work = self.tmp / f"{d.strip('/').replace('/', '-')}-work"
                 work.mkdir()
-                self.overlays[d] = _overlay_options(d, upper, work)
+                self.overlays[d] = _overlay_options(d, upper, work, _metacopy_ok.get(d, False))
                 overlaid.append(d)
             else:
                 self.protect.append(d)

@@ -387,6 +387,28 @@ def test_a_workdir_under_the_overlaid_root_hides_the_hosts_files_there(sandbox, 
         shutil.rmtree(wd, ignore_errors=True)
 
 
+def test_a_chmod_over_the_hosts_root_copies_no_file_data_into_the_session(sandbox, task_factory):
+    """A sampled `chmod -R` over /root must not copy the host's files into every session's temp root:
+    the overlay copies metadata only (`metacopy=on`, where the kernel takes it)."""
+    import uuid
+
+    namespaced()
+    if not (local_backend.overlay_works("/root") and local_backend._metacopy_ok.get("/root")):
+        missing("an overlayfs mount with metacopy=on over /root", "run as root on a kernel with overlayfs metacopy")
+    big = Path("/root") / f".mirl-big-{uuid.uuid4().hex[:8]}"
+    try:
+        big.write_bytes(os.urandom(8 << 20))
+        big.chmod(0o644)
+        with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /app\n")) as s:
+            r = s.run(f"chmod 600 {big} && stat -c %a {big} && head -c 4 {big} | wc -c")
+            assert r.exit_code == 0 and r.output.split() == ["600", "4"], r.output
+            up = s.root / "root" / big.name
+            assert up.exists() and up.stat().st_blocks * 512 < (1 << 20), up.stat()
+        assert oct(big.stat().st_mode & 0o777) == "0o644"
+    finally:
+        big.unlink(missing_ok=True)
+
+
 def test_a_verifier_folder_made_a_link_to_the_host_is_never_emptied(sandbox, task_factory):
     """The tests are put into /tests and /logs/verifier from the host, outside the session's mounts: a
     command that replaced /logs/verifier with a link to a host directory must not have that directory's
