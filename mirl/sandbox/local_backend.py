@@ -294,7 +294,7 @@ class LocalSession:
         self.namespaced = unshare_works()
         self.binds = []
         self.overlays: dict[str, str] = {}  # destination -> mount options: /etc, /root and /home where overlayfs works
-        self.protect: list[str] = []  # read-only in the session: the kit's directory and HOME, SHIELDED without overlays
+        self.protect: list[str] = []  # read-only in the session: the kit's directories, SHIELDED ones without overlays
         self.namespace: int | None = None  # a descriptor of its mount namespace, which a new runner joins
         if self.namespaced:
             own = [plan.workdir, "/logs", "/tests", *PRIVATE_DIRS]
@@ -379,10 +379,11 @@ class LocalSession:
                 overlaid.append(d)
             else:
                 self.protect.append(d)
+        kit = [os.path.expanduser("~"), str(Path(__file__).resolve().parents[2]), sys.prefix]
         try:
-            kit = [os.getcwd(), os.path.expanduser("~"), str(Path(__file__).resolve().parents[2]), sys.prefix]
+            kit.append(os.getcwd())
         except OSError:  # the working directory was removed: nothing there to keep
-            kit = [os.path.expanduser("~"), str(Path(__file__).resolve().parents[2]), sys.prefix]
+            pass
         for d in dict.fromkeys(map(os.path.realpath, kit)):
             inside = [s for s in (*overlaid, *self.protect, *(p.decode() for p in READ_ONLY))
                       if d == s or d.startswith(s.rstrip("/") + "/")]
