@@ -34,7 +34,6 @@ import os
 import shutil
 import socket
 import subprocess
-import tarfile
 import tempfile
 import threading
 import time
@@ -62,7 +61,7 @@ from mirl.sandbox.owner import owner_gone, owner_id
 from mirl.sandbox.prelude import join_step, prelude_argv
 from mirl.sandbox.process import MARKER_VAR, MemoryCgroup, PidsCgroup, collect, enlarge_pipe
 from mirl.sandbox.snapshot import META, check_task, snapshots_dir, unknown
-from mirl.sandbox.verifier import run_verifier
+from mirl.sandbox.verifier import PUT_TESTS, run_verifier, tests_tar
 from mirl.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -431,18 +430,8 @@ class BwrapSession:
 
     def _put_tests(self) -> None:
         """Copy the task's tests to /tests through a tar stream, extracted inside the sandbox."""
-        with tempfile.TemporaryFile() as f:
-            with tarfile.open(fileobj=f, mode="w") as tf:
-                if self.task.tests_dir.is_dir():
-                    tf.add(self.task.tests_dir, arcname=".")
-                if self.task.layout == "terminal-bench":
-                    tf.add(self.task.test_script, arcname="run-tests.sh")
-            f.seek(0)
-            res = self.box.exec(
-                "rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier && chmod 777 /logs/verifier "
-                "&& tar -xf - -C /tests --no-same-owner",
-                60, 4000, "/", None, f.fileno(),
-            )
+        with tests_tar(self.task) as f:
+            res = self.box.exec(PUT_TESTS, 60, 4000, "/", None, f.fileno())
         if res.exit_code != 0:
             raise SandboxError(f"could not copy the tests into the sandbox: {res.output.strip()[-400:]}")
 

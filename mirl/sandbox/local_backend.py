@@ -67,7 +67,7 @@ from mirl.sandbox.process import (
     kill_tree,
     marker_token,
 )
-from mirl.sandbox.verifier import run_verifier
+from mirl.sandbox.verifier import PUT_TESTS, run_verifier, tests_tar
 from mirl.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -489,7 +489,8 @@ class LocalSession:
         host_cwd.mkdir(parents=True, exist_ok=True)
         return str(host_cwd)
 
-    def _exec(self, command: str, timeout: float, env: dict[str, str] | None = None, cwd: str | None = None) -> CommandResult:
+    def _exec(self, command: str, timeout: float, env: dict[str, str] | None = None, cwd: str | None = None,
+              stdin: int | None = None) -> CommandResult:
         with self.lock:
             if self.closed:
                 raise SandboxError("the session is closed")
@@ -509,7 +510,7 @@ class LocalSession:
             enlarge_pipe(w)
             started = time.monotonic()
             try:
-                runner.send(msg, [w, r])
+                runner.send(msg, [w, r] + ([stdin] if stdin is not None else []))
             except SandboxError:
                 os.close(r)
                 raise
@@ -566,19 +567,21 @@ class LocalSession:
         return self._exec(command, timeout, env)
 
     def _put_tests(self) -> None:
+        """Inside the session's mount namespace, as the bwrap backend does: a host-side copy would follow
+        links a command (or its background process, at any moment) put at /logs/verifier or in /tests
+        out to the host's files. Without a namespace, into the temp root's own folders."""
+        if not self.binds:
+            self._put_tests_in_temp_root()
+            return
+        with tests_tar(self.task) as f:
+            res = self._exec(PUT_TESTS, 60, cwd="/", stdin=f.fileno())
+        if res.exit_code != 0:
+            raise SandboxError(f"could not copy the tests into the session: {res.output.strip()[-400:]}")
+
+    def _put_tests_in_temp_root(self) -> None:
         dest, logs = self.root / "tests", self.root / "logs" / "verifier"
-        # empty them in place: the runner's namespace has /logs and /tests bound on these directories. This
-        # runs on the host, outside the namespace: a command that made /logs/verifier a link to a host
-        # directory must not have that directory emptied, so a link is removed, never followed.
-        root = os.path.realpath(self.root)
         for d in (dest, logs):
-            for p in (d.parent, d):
-                if p.is_symlink() or (p.exists() and not p.is_dir()):
-                    p.unlink()
-                p.mkdir(exist_ok=True)
-                if os.path.realpath(p) != root and not os.path.realpath(p).startswith(root + os.sep):
-                    raise SandboxError(f"task {self.task.id}: {p} leads out of the session's files to "
-                                       f"{os.path.realpath(p)}; the tests were not put there")
+            d.mkdir(parents=True, exist_ok=True)
             for entry in d.iterdir():
                 if entry.is_dir() and not entry.is_symlink():
                     shutil.rmtree(entry, ignore_errors=True)
