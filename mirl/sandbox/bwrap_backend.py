@@ -61,7 +61,7 @@ from mirl.sandbox.owner import owner_gone, owner_id
 from mirl.sandbox.prelude import join_step, prelude_argv
 from mirl.sandbox.process import MARKER_VAR, MemoryCgroup, PidsCgroup, collect, enlarge_pipe
 from mirl.sandbox.snapshot import META, check_task, snapshots_dir, unknown
-from mirl.sandbox.verifier import PUT_TESTS, run_verifier, tests_tar
+from mirl.sandbox.verifier import PUT_TESTS, run_verifier, tar_of_tests
 from mirl.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -430,7 +430,7 @@ class BwrapSession:
 
     def _put_tests(self) -> None:
         """Copy the task's tests to /tests through a tar stream, extracted inside the sandbox."""
-        with tests_tar(self.task) as f:
+        with tar_of_tests(self.task) as f:
             res = self.box.exec(PUT_TESTS, 60, 4000, "/", None, f.fileno())
         if res.exit_code != 0:
             raise SandboxError(f"could not copy the tests into the sandbox: {res.output.strip()[-400:]}")

@@ -285,14 +285,15 @@ def _tree_tar(src: Path, arcname: str, extra: dict[str, Path] | None = None) -> 
 
 
 def _fill_tree(tar: tarfile.TarFile, src: Path, arcname: str, extra: dict[str, Path] | None) -> None:
+    """`src` as `arcname`; a linked `src` (or file in `extra`) is read through, links inside stay links."""
     if src.is_dir():
-        tar.add(src, arcname=arcname)
+        tar.add(os.path.realpath(src), arcname=arcname)
     else:
         info = tarfile.TarInfo(arcname)
         info.type, info.mode = tarfile.DIRTYPE, 0o755
         tar.addfile(info)
     for name, path in (extra or {}).items():
-        tar.add(path, arcname=f"{arcname}/{name}")
+        tar.add(os.path.realpath(path), arcname=f"{arcname}/{name}")
 
 
 class _ExecStream:

@@ -67,7 +67,7 @@ from mirl.sandbox.process import (
     kill_tree,
     marker_token,
 )
-from mirl.sandbox.verifier import PUT_TESTS, run_verifier, tests_tar
+from mirl.sandbox.verifier import PUT_TESTS, run_verifier, tar_of_tests
 from mirl.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -561,10 +561,14 @@ class LocalSession:
 
     def run(self, command: str, timeout: float | None = None, env: dict[str, str] | None = None) -> CommandResult:
         timeout = self.config.command_timeout_s if timeout is None else timeout
-        if self.sweeper is not None:  # let the last timeout's sweep finish so this command can fork
+        self._join_sweeper()
+        return self._exec(command, timeout, env)
+
+    def _join_sweeper(self) -> None:
+        """Let the last timeout's sweep finish (it may still be killing a fork bomb) so a command can fork."""
+        if self.sweeper is not None:
             self.sweeper.join(timeout=10)
             self.sweeper = None
-        return self._exec(command, timeout, env)
 
     def _put_tests(self) -> None:
         """Inside the session's mount namespace, as the bwrap backend does: a host-side copy would follow
@@ -573,15 +577,24 @@ class LocalSession:
         if not self.binds:
             self._put_tests_in_temp_root()
             return
-        with tests_tar(self.task) as f:
+        self._join_sweeper()
+        with tar_of_tests(self.task) as f:
             res = self._exec(PUT_TESTS, 60, cwd="/", stdin=f.fileno())
         if res.exit_code != 0:
             raise SandboxError(f"could not copy the tests into the session: {res.output.strip()[-400:]}")
 
     def _put_tests_in_temp_root(self) -> None:
+        """On the host: a link or file a command left at a folder (or its parent) is removed, never followed."""
         dest, logs = self.root / "tests", self.root / "logs" / "verifier"
+        root = os.path.realpath(self.root)
         for d in (dest, logs):
-            d.mkdir(parents=True, exist_ok=True)
+            for p in (d.parent, d):
+                if p.is_symlink() or (p.exists() and not p.is_dir()):
+                    p.unlink()
+                p.mkdir(exist_ok=True)
+                if os.path.realpath(p) != root and not os.path.realpath(p).startswith(root + os.sep):
+                    raise SandboxError(f"task {self.task.id}: {p} leads out of the session's files to "
+                                       f"{os.path.realpath(p)}; the tests were not put there")
             for entry in d.iterdir():
                 if entry.is_dir() and not entry.is_symlink():
                     shutil.rmtree(entry, ignore_errors=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -33,21 +34,23 @@ NO_REWARD = "no reward file written to /logs/verifier (reward.txt or reward.json
 REWARD_KEYS = ("mean", "all")  # or the name of one key
 
 
-# run inside the sandbox with the tar stream of `tests_tar` on stdin: /tests emptied in place (it may be a mount
-# point) and refilled, /logs/verifier made afresh (a link a command left there is removed, never followed)
-PUT_TESTS = ("rm -rf /logs/verifier && mkdir -p /logs/verifier /tests && chmod 777 /logs/verifier "
+# run inside the sandbox with the tar stream of `tar_of_tests` on stdin: /logs/verifier made afresh, /tests
+# emptied in place (it may be a mount point) and refilled; a link or file a command left at either is removed,
+# never followed (tests extracted through a link to the agent's folder would run beside its conftest.py)
+PUT_TESTS = ("rm -rf /logs/verifier && mkdir -p /logs/verifier && chmod 777 /logs/verifier "
+             "&& { [ -d /tests ] && [ ! -L /tests ] || rm -f /tests; } && mkdir -p /tests "
              "&& find /tests -mindepth 1 -maxdepth 1 -exec rm -rf {} + && tar -xf - -C /tests --no-same-owner")
 
 
-def tests_tar(task: Task):
+def tar_of_tests(task: Task):
     """The task's tests (and a Terminal-Bench 1 task's script as run-tests.sh) as a tar stream in a
     temporary file, at its start, for `PUT_TESTS`; the caller closes it."""
     f = tempfile.TemporaryFile()
     with tarfile.open(fileobj=f, mode="w") as tf:
-        if task.tests_dir.is_dir():
-            tf.add(task.tests_dir, arcname=".")
+        if task.tests_dir.is_dir():  # a linked tests/ or run-tests.sh is read through (links inside stay links)
+            tf.add(os.path.realpath(task.tests_dir), arcname=".")
         if task.layout == "terminal-bench":
-            tf.add(task.test_script, arcname="run-tests.sh")
+            tf.add(os.path.realpath(task.test_script), arcname="run-tests.sh")
     f.seek(0)
     return f
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -178,6 +179,37 @@ def test_reward_files_the_agent_wrote_are_not_read(sandbox, task_factory):
         left = s.run("ls -A /logs/verifier /tests").output.split()
     assert (v.reward, v.error) == (0.0, "no reward file written to /logs/verifier (reward.txt or reward.json)"), v
     assert left == ["/logs/verifier:", "/tests:", "test.sh"], left
+
+
+def test_the_tests_run_from_a_fresh_folder_whatever_the_agent_made_of_it(sandbox, task_factory):
+    """An agent that replaced /tests with a link to a folder of its own (a conftest.py there would run
+    beside the task's tests and could pass them) or with a file still gets the task's tests alone."""
+    script = "#!/bin/bash\nls -A /tests > /logs/verifier/seen.txt; echo 1 > /logs/verifier/reward.txt\n"
+    with sandbox.start(task_factory("replaced-tests", test_sh=script)) as s:
+        for make in ("mkdir -p /app/fake && echo x > /app/fake/conftest.py && rm -rf /tests && ln -s /app/fake /tests",
+                     "rm -rf /tests; echo x > /tests"):
+            s.run(make)
+            v = s.verify()
+            seen = s.read_file("/logs/verifier/seen.txt") or ""
+            seen = seen.decode() if isinstance(seen, bytes) else seen
+            assert v.reward == 1.0 and seen.split() == ["test.sh"], (v, seen)
+        assert s.run("cat /app/fake/conftest.py").output == "x\n"  # the link's target is left as it was
+
+
+def test_a_tasks_tests_folder_that_is_a_link_is_read_through(sandbox, tmp_path):
+    """Task suites share a tests folder by linking to it: what is put into /tests is the folder's files."""
+    from mirl.tasks import load_task
+    from tests.conftest import write_task
+
+    shared = tmp_path / "shared-tests"
+    shared.mkdir()
+    (shared / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    root = write_task(tmp_path / "linked")
+    shutil.rmtree(root / "tests")
+    (root / "tests").symlink_to(shared, target_is_directory=True)
+    with sandbox.start(load_task(root)) as s:
+        v = s.verify()
+    assert (v.reward, v.error) == (1.0, None), v
 
 
 @pytest.mark.parametrize("name, content, reason", [

@@ -409,22 +409,28 @@ def test_a_chmod_over_the_hosts_root_copies_no_file_data_into_the_session(sandbo
         big.unlink(missing_ok=True)
 
 
-def test_a_verifier_folder_made_a_link_to_the_host_is_never_emptied(sandbox, task_factory):
-    """The tests are put into /tests and /logs/verifier from the host, outside the session's mounts: a
-    command that replaced /logs/verifier with a link to a host directory must not have that directory's
-    files deleted; the link is replaced by a folder of the session's own and the tests still run."""
+@pytest.mark.parametrize("namespace", [True, False], ids=["namespace", "temp-root"])
+def test_a_verifier_folder_made_a_link_to_the_host_is_never_emptied(sandbox, task_factory, monkeypatch, namespace):
+    """A command that replaced /logs/verifier with a link to a host directory must not have that
+    directory's files deleted when the tests are put (once done from the host, outside the session's
+    mounts); the link is replaced by a folder of the session's own and the tests still run. Without a
+    mount namespace, where the tests are put from the host into the temp root, too."""
     import uuid
 
     namespaced()
+    if not namespace:  # commands run in the temp root's copy of /app, where /logs is ../logs
+        monkeypatch.setattr(local_backend, "unshare_works", lambda: False)
+    logs = "/logs/verifier" if namespace else "../logs/verifier"
     keep = Path("/var/tmp") / f"mirl-keep-{uuid.uuid4().hex[:8]}"
     try:
         keep.mkdir()
         (keep / "data").write_text("kept\n")
         with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /app\n",
                                         test_sh="#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")) as s:
-            assert s.run(f"rm -rf /logs/verifier && ln -s {keep} /logs/verifier").exit_code == 0
+            assert s.run(f"rm -rf {logs} && ln -s {keep} {logs}").exit_code == 0
             result = s.verify()
-        assert result.reward == 1.0, result
+        if namespace:  # (without one the script's absolute /logs is the host's: no reward is read)
+            assert result.reward == 1.0, result
         assert sorted(os.listdir(keep)) == ["data"] and (keep / "data").read_text() == "kept\n"
     finally:
         shutil.rmtree(keep, ignore_errors=True)
