@@ -53,7 +53,7 @@ def delta(a: dict, b: dict) -> dict:
                                                        "prefill_tokens", "cached_tokens", "prefill_passes") if k in b}
 
 
-def fresh_run(run: Path, base_run: Path) -> Path:
+def run_beside(run: Path, base_run: Path) -> Path:
     """A run holding stages 01-03 of `base_run` (copied once), for a stage run beside it."""
     for stage in INPUTS:
         if not (run / stage).exists():
@@ -110,7 +110,9 @@ def main() -> None:
         pr = params.load(PARAMS / "base.yaml", OVERRIDES + [f"misbehavior_rate.workers={args.workers}", *args.rate_set])
         pr = replace(pr, misbehavior_rate=replace(pr.misbehavior_rate, policies=["base"]))
         for i in range(max(1, args.rate_repeats)):
-            run = base_run if i == 0 else fresh_run(work / "runs" / f"rate-{i + 1}", base_run)
+            if i:  # a repeat starts afresh: a stage left by an earlier call would be resumed, not measured
+                shutil.rmtree(work / "runs" / f"rate-{i + 1}", ignore_errors=True)
+            run = base_run if i == 0 else run_beside(work / "runs" / f"rate-{i + 1}", base_run)
             s0, t0 = engine_stats(), time.perf_counter()
             summary = run_misbehavior_rate(pr, run, progress=False)
             wall = time.perf_counter() - t0
@@ -123,7 +125,7 @@ def main() -> None:
     if args.train_steps > 0:
         from mirl.training.stage import run_training
 
-        run = fresh_run(work / "runs" / "small-mirl", base_run)
+        run = run_beside(work / "runs" / "small-mirl", base_run)
         pt = params.load(PARAMS / "mirl.yaml", OVERRIDES + [f"training.steps={args.train_steps}",
                                                             f"training.checkpoint_every={args.train_steps}",
                                                             *args.train_set])
