@@ -25,6 +25,9 @@ done
 for m in "$R"/recipes/*/training_metrics.csv; do
   [ -f "$m" ] && cp "$m" "$D/training_$(basename "$(dirname "$m")").csv"
 done
+for m in "$R"/recipes/*/training_starts.csv; do
+  [ -f "$m" ] && cp "$m" "$D/training_starts_$(basename "$(dirname "$m")").csv"
+done
 # a checkpoint policy is named by its absolute path on the machine that ran it: keep it from the run on
 for f in "$D"/*.csv; do if [ -f "$f" ]; then sed -i -E 's#local//[^,"]*/(runs/[^,"]*)#local/\1#g' "$f"; fi; done
 # the run names the repository copy it ran from by its path on that machine (batch.json, tracebacks), and

@@ -100,6 +100,47 @@ def _missing(df: pd.DataFrame, panel: str) -> str:
     return "not measured in these steps"
 
 
+def starts(run_dir, group_sizes: tuple[int, ...] = (8, 16, 32)) -> pd.DataFrame:
+    """One row per start the training drew (`rollouts.jsonl`): its groups, how many were live, its rollouts'
+    mean `r_o`, `r_e` and reward, and for a 0/1 reward the share of groups of each size in `group_sizes`
+    expected live if every draw of the start passed with its pooled rate p: 1 - p^G - (1-p)^G. A start
+    whose rollouts all got the same reward was never live and no group size makes it so; where most starts
+    are like that, a dead share near 1 is the starts', not the refilling's (the policy's changes over the
+    run are pooled, so read it as a bound on what a larger group would find)."""
+    from mirl.jsonl import iter_jsonl
+    from mirl.runner.layout import RunDir
+    from mirl.training.stage import ROLLOUTS, STAGE
+
+    rows: dict[str, dict[str, Any]] = {}
+    for r in iter_jsonl(RunDir(run_dir).file(STAGE, ROLLOUTS)):
+        rew = r.get("reward") or {}
+        if not rew.get("valid", True):
+            continue
+        row = rows.setdefault(r["start"], {"start": r["start"], "groups": set(), "live": set(), "rewards": [], "r_o": [], "r_e": []})
+        group = (r.get("step"), r.get("draw"))
+        row["groups"].add(group)
+        if r.get("live"):
+            row["live"].add(group)
+        row["rewards"].append(float(rew.get("reward") or 0.0))
+        row["r_o"].append(float(bool(rew.get("r_o"))))
+        row["r_e"].append(float(bool(rew.get("r_e", True))))
+    out = []
+    for row in rows.values():
+        rewards = row["rewards"]
+        p = sum(rewards) / len(rewards)
+        item = {"start": row["start"], "misbehavior": row["start"].split("|")[0] if "|" in row["start"] else "",
+                "groups": len(row["groups"]), "groups_live": len(row["live"]), "rollouts": len(rewards),
+                "r_o": sum(row["r_o"]) / len(rewards), "r_e": sum(row["r_e"]) / len(rewards), "reward": p,
+                "mixed": min(rewards) != max(rewards)}
+        binary = all(x in (0.0, 1.0) for x in rewards)
+        for g in group_sizes:
+            item[f"live_if_group_{g}"] = 1 - p ** g - (1 - p) ** g if binary else float("nan")
+        out.append(item)
+    cols = ["start", "misbehavior", "groups", "groups_live", "rollouts", "r_o", "r_e", "reward", "mixed",
+            *[f"live_if_group_{g}" for g in group_sizes]]
+    return pd.DataFrame(out, columns=cols).sort_values(["mixed", "reward"], ascending=False, ignore_index=True)
+
+
 def table(metrics: pd.DataFrame) -> pd.DataFrame:
     """The columns a person reads first, one row per step."""
     cols = ["step", "reward", "r_o", "r_e", "groups_live", "groups_surplus", "groups_tried", "dead_share", "invalid", "loss",

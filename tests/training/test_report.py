@@ -63,3 +63,34 @@ def test_recipe_curves_draw_each_recipe_and_name_one_without_a_step(tmp_path):
         "mirl": [0.25, 0.5], "outcome-prefix (no step yet)": [], "tmax": []}
     empty = recipe_curves(tmp_path / "none")
     assert len(empty.axes) == 1 and "no training recipes" in empty.axes[0].texts[0].get_text()
+
+
+def test_starts_tell_which_starts_could_ever_be_live(tmp_path):
+    """Per start: groups, live groups, mean rewards and the live share a group size would give. A start
+    whose rollouts all got one reward is not mixed and no group size makes it live; an invalid rollout
+    counts for nothing; a torn last line is skipped."""
+    import json
+
+    from mirl.training.report import starts
+
+    def rollout(step, draw, start, reward, live, valid=True):
+        return {"step": step, "draw": draw, "start": start, "sample": 0, "live": live, "trained": live,
+                "reward": {"r_o": reward > 0, "r_e": True, "reward": reward, "valid": valid}}
+
+    rows = [rollout(1, 0, "retry|t/0/1", r, True) for r in (1.0, 0.0, 0.0, 0.0)]  # live group, p = 1/4
+    rows += [rollout(2, 1, "retry|t/0/1", 0.0, False) for _ in range(4)]  # dead group of the same start
+    rows += [rollout(1, 2, "silent|u/0/3", 1.0, False) for _ in range(4)]  # always passes: never live
+    rows += [rollout(2, 3, "silent|u/0/3", 0.0, False, valid=False)]  # invalid: not counted
+    train = tmp_path / "training"
+    train.mkdir()
+    (train / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 3, "dra')
+    df = starts(tmp_path, group_sizes=(4, 16)).set_index("start")
+    live = df.loc["retry|t/0/1"]
+    assert (live.groups, live.groups_live, live.rollouts, live.misbehavior) == (2, 1, 8, "retry")
+    assert live.reward == 1 / 8 and live.mixed
+    assert abs(live.live_if_group_4 - (1 - (1 / 8) ** 4 - (7 / 8) ** 4)) < 1e-12
+    assert live.live_if_group_16 > live.live_if_group_4
+    dead = df.loc["silent|u/0/3"]
+    assert (dead.groups, dead.groups_live, dead.rollouts, bool(dead.mixed)) == (1, 0, 4, False)
+    assert dead.live_if_group_4 == 0 and dead.live_if_group_16 == 0
+    assert list(df.index) == ["retry|t/0/1", "silent|u/0/3"]  # mixed starts first
