@@ -101,44 +101,64 @@ def _missing(df: pd.DataFrame, panel: str) -> str:
 
 
 def starts(run_dir, group_sizes: tuple[int, ...] = (8, 16, 32)) -> pd.DataFrame:
-    """One row per start the training drew (`rollouts.jsonl`): its groups, how many were live, its rollouts'
-    mean `r_o`, `r_e` and reward, and for a 0/1 reward the share of groups of each size in `group_sizes`
-    expected live if every draw of the start passed with its pooled rate p: 1 - p^G - (1-p)^G. A start
-    whose rollouts all got the same reward was never live and no group size makes it so; where most starts
-    are like that, a dead share near 1 is the starts', not the refilling's (the policy's changes over the
-    run are pooled, so read it as a bound on what a larger group would find)."""
+    """One row per start with a valid rollout in `rollouts.jsonl`: its groups (`groups_live`: live ones,
+    surplus live groups that were played but not trained included; `groups_trained`), its rollouts' mean
+    `r_o`, `r_e` and reward, whether they ever differed (`mixed`), and for each size G in `group_sizes` the
+    share of its groups expected live if each rollout passed with the start's pooled rate p: 1 - p^G -
+    (1-p)^G. A start whose rollouts all got one reward is 0 there (its p may be small but not 0: read
+    it as "rarely"); with a reward other than 0/1 anywhere in the run a mixed start's share is NaN. The
+    policy's changes over the run are pooled, so the share is a reading of what the starts allowed, not a
+    forecast."""
     from mirl.jsonl import iter_jsonl
     from mirl.runner.layout import RunDir
     from mirl.training.stage import ROLLOUTS, STAGE
 
     rows: dict[str, dict[str, Any]] = {}
     for r in iter_jsonl(RunDir(run_dir).file(STAGE, ROLLOUTS)):
-        rew = r.get("reward") or {}
-        if not rew.get("valid", True):
+        rew = r.get("reward")
+        if not isinstance(rew, dict) or not rew.get("valid", True) or "start" not in r:
             continue
-        row = rows.setdefault(r["start"], {"start": r["start"], "groups": set(), "live": set(), "rewards": [], "r_o": [], "r_e": []})
+        row = rows.setdefault(r["start"], {"groups": set(), "live": set(), "trained": set(), "rewards": [],
+                                           "r_o": [], "r_e": []})
         group = (r.get("step"), r.get("draw"))
         row["groups"].add(group)
         if r.get("live"):
             row["live"].add(group)
+        if r.get("trained"):
+            row["trained"].add(group)
         row["rewards"].append(float(rew.get("reward") or 0.0))
         row["r_o"].append(float(bool(rew.get("r_o"))))
-        row["r_e"].append(float(bool(rew.get("r_e", True))))
+        row["r_e"].append(float(rew.get("r_e") is not False))
+    binary = all(x in (0.0, 1.0) for row in rows.values() for x in row["rewards"])
     out = []
-    for row in rows.values():
+    for start, row in rows.items():
         rewards = row["rewards"]
-        p = sum(rewards) / len(rewards)
-        item = {"start": row["start"], "misbehavior": row["start"].split("|")[0] if "|" in row["start"] else "",
-                "groups": len(row["groups"]), "groups_live": len(row["live"]), "rollouts": len(rewards),
-                "r_o": sum(row["r_o"]) / len(rewards), "r_e": sum(row["r_e"]) / len(rewards), "reward": p,
-                "mixed": min(rewards) != max(rewards)}
-        binary = all(x in (0.0, 1.0) for x in rewards)
+        n, p = len(rewards), sum(rewards) / len(rewards)
+        mixed = min(rewards) != max(rewards)
+        item = {"start": start, "misbehavior": start.split("|")[0] if "|" in start else "",
+                "groups": len(row["groups"]), "groups_live": len(row["live"]), "groups_trained": len(row["trained"]),
+                "rollouts": n, "r_o": sum(row["r_o"]) / n, "r_e": sum(row["r_e"]) / n, "reward": p, "mixed": mixed}
         for g in group_sizes:
-            item[f"live_if_group_{g}"] = 1 - p ** g - (1 - p) ** g if binary else float("nan")
+            item[f"live_if_group_{g}"] = (1 - p ** g - (1 - p) ** g) if binary else (float("nan") if mixed else 0.0)
         out.append(item)
-    cols = ["start", "misbehavior", "groups", "groups_live", "rollouts", "r_o", "r_e", "reward", "mixed",
-            *[f"live_if_group_{g}" for g in group_sizes]]
+    cols = ["start", "misbehavior", "groups", "groups_live", "groups_trained", "rollouts", "r_o", "r_e", "reward",
+            "mixed", *[f"live_if_group_{g}" for g in group_sizes]]
     return pd.DataFrame(out, columns=cols).sort_values(["mixed", "reward"], ascending=False, ignore_index=True)
+
+
+def live_shares(starts_table: pd.DataFrame) -> dict[str, float]:
+    """The share of groups live as drawn (`observed`) and expected per group size, each start weighted by
+    the groups drawn from it (so a start drawn often counts as often)."""
+    groups = starts_table["groups"].sum() if len(starts_table) else 0
+    if not groups:
+        return {}
+    shares = {"observed": float(starts_table["groups_live"].sum() / groups)}
+    for c in starts_table:
+        if c.startswith("live_if_group_"):
+            col = starts_table[c]
+            shares[c.removeprefix("live_if_group_")] = (float("nan") if col.isna().any()
+                                                        else float((col * starts_table["groups"]).sum() / groups))
+    return shares
 
 
 def table(metrics: pd.DataFrame) -> pd.DataFrame:

@@ -65,32 +65,59 @@ def test_recipe_curves_draw_each_recipe_and_name_one_without_a_step(tmp_path):
     assert len(empty.axes) == 1 and "no training recipes" in empty.axes[0].texts[0].get_text()
 
 
-def test_starts_tell_which_starts_could_ever_be_live(tmp_path):
-    """Per start: groups, live groups, mean rewards and the live share a group size would give. A start
-    whose rollouts all got one reward is not mixed and no group size makes it live; an invalid rollout
-    counts for nothing; a torn last line is skipped."""
+def _rollout(step, draw, start, reward, live, valid=True, trained=None):
+    return {"step": step, "draw": draw, "start": start, "sample": 0, "live": live,
+            "trained": live if trained is None else trained,
+            "reward": {"r_o": reward > 0, "r_e": True, "reward": reward, "valid": valid}}
+
+
+def _write_rollouts(tmp_path, rows, tail=""):
     import json
 
-    from mirl.training.report import starts
-
-    def rollout(step, draw, start, reward, live, valid=True):
-        return {"step": step, "draw": draw, "start": start, "sample": 0, "live": live, "trained": live,
-                "reward": {"r_o": reward > 0, "r_e": True, "reward": reward, "valid": valid}}
-
-    rows = [rollout(1, 0, "retry|t/0/1", r, True) for r in (1.0, 0.0, 0.0, 0.0)]  # live group, p = 1/4
-    rows += [rollout(2, 1, "retry|t/0/1", 0.0, False) for _ in range(4)]  # dead group of the same start
-    rows += [rollout(1, 2, "silent|u/0/3", 1.0, False) for _ in range(4)]  # always passes: never live
-    rows += [rollout(2, 3, "silent|u/0/3", 0.0, False, valid=False)]  # invalid: not counted
     train = tmp_path / "training"
-    train.mkdir()
-    (train / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 3, "dra')
+    train.mkdir(exist_ok=True)
+    (train / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + tail)
+
+
+def test_starts_tell_which_starts_could_ever_be_live(tmp_path):
+    """Per start: groups, live and trained groups, mean rewards and the live share a group size would
+    give. A start whose rollouts all got one reward is not mixed and no group size makes it live; an
+    invalid rollout, a row without a reward and a torn last line count for nothing."""
+    from mirl.training.report import live_shares, starts
+
+    rows = [_rollout(1, 0, "retry|t/0/1", r, True) for r in (1.0, 0.0, 0.0, 0.0)]  # live group, p = 1/4
+    rows += [_rollout(2, 1, "retry|t/0/1", 0.0, False) for _ in range(4)]  # dead group of the same start
+    rows += [_rollout(3, 4, "retry|t/0/1", r, True, trained=False) for r in (1.0, 0.0, 1.0, 0.0)]  # surplus
+    rows += [_rollout(1, 2, "silent|u/0/3", 1.0, False) for _ in range(4)]  # always passes: never live
+    rows += [_rollout(2, 3, "silent|u/0/3", 0.0, False, valid=False)]  # invalid: not counted
+    rows += [{"step": 2, "draw": 3, "start": "silent|u/0/3", "live": False, "reward": None}]  # no reward
+    _write_rollouts(tmp_path, rows, tail='{"step": 3, "dra')
     df = starts(tmp_path, group_sizes=(4, 16)).set_index("start")
     live = df.loc["retry|t/0/1"]
-    assert (live.groups, live.groups_live, live.rollouts, live.misbehavior) == (2, 1, 8, "retry")
-    assert live.reward == 1 / 8 and live.mixed
-    assert abs(live.live_if_group_4 - (1 - (1 / 8) ** 4 - (7 / 8) ** 4)) < 1e-12
+    assert (live.groups, live.groups_live, live.groups_trained, live.rollouts, live.misbehavior) == (3, 2, 1, 12, "retry")
+    assert live.reward == 3 / 12 and live.mixed
+    assert abs(live.live_if_group_4 - (1 - 0.25 ** 4 - 0.75 ** 4)) < 1e-12
     assert live.live_if_group_16 > live.live_if_group_4
     dead = df.loc["silent|u/0/3"]
     assert (dead.groups, dead.groups_live, dead.rollouts, bool(dead.mixed)) == (1, 0, 4, False)
     assert dead.live_if_group_4 == 0 and dead.live_if_group_16 == 0
     assert list(df.index) == ["retry|t/0/1", "silent|u/0/3"]  # mixed starts first
+    shares = live_shares(df.reset_index())  # weighted by groups drawn: 3 of the live start's, 1 of the other
+    assert shares["observed"] == 2 / 4
+    assert abs(shares["4"] - 3 / 4 * (1 - 0.25 ** 4 - 0.75 ** 4)) < 1e-12
+
+
+def test_starts_with_a_reward_that_is_not_0_or_1_and_without_rollouts(tmp_path):
+    """A graded reward anywhere in the run: a mixed start's expected share is unknown (NaN), and so is the
+    run's; a start that never varied is 0 whatever its reward. No rollouts: an empty table, no shares."""
+    from mirl.training.report import live_shares, starts
+
+    assert starts(tmp_path).empty and live_shares(starts(tmp_path)) == {}
+    rows = [_rollout(1, 0, "a|t/0/1", r, True) for r in (0.5, 0.25)]
+    rows += [_rollout(1, 1, "b|t/0/2", 0.0, False) for _ in range(2)]
+    _write_rollouts(tmp_path, rows)
+    df = starts(tmp_path, group_sizes=(8,)).set_index("start")
+    assert df.loc["b|t/0/2"].live_if_group_8 == 0.0
+    assert df.loc["a|t/0/1"].live_if_group_8 != df.loc["a|t/0/1"].live_if_group_8  # NaN
+    shares = live_shares(df.reset_index())
+    assert shares["observed"] == 0.5 and shares["8"] != shares["8"]

@@ -208,6 +208,12 @@ def test_notebook_04_trains_headless_and_plots(prefixed_run, tmp_path):
     report = tmp_path / "reports" / "t"
     assert (report / "training_curves.png").stat().st_size > 5_000 and (report / "training_curves.pdf").exists()
     assert (report / "training_metrics.csv").read_text().startswith("step,")
+    import pandas as pd
+
+    starts = pd.read_csv(report / "training_starts.csv")  # one row per start drawn, every rollout counted
+    rollouts = [r for r in read_jsonl(runs / "t" / "training" / "rollouts.jsonl")[0] if r["reward"].get("valid", True)]
+    assert set(starts["start"]) == {r["start"] for r in rollouts}
+    assert starts["rollouts"].sum() == len(rollouts) and starts["groups"].sum() == len({(r["step"], r["draw"]) for r in rollouts})
 
 
 class Alternating:
