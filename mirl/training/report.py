@@ -161,6 +161,14 @@ def live_shares(starts_table: pd.DataFrame) -> dict[str, float]:
     return shares
 
 
+def starts_summary(starts_table: pd.DataFrame) -> str:
+    """One line for the notebook: how many starts ever varied, and `live_shares`."""
+    shares = live_shares(starts_table)
+    parts = [f"{k if k == 'observed' else 'groups of ' + k}: {v:.3f}" for k, v in shares.items()]
+    return (f"{int(starts_table['mixed'].sum()) if len(starts_table) else 0} of {len(starts_table)} starts ever gave "
+            f"different rewards; share of groups live: {', '.join(parts) or 'no groups yet'}")
+
+
 def table(metrics: pd.DataFrame) -> pd.DataFrame:
     """The columns a person reads first, one row per step."""
     cols = ["step", "reward", "r_o", "r_e", "groups_live", "groups_surplus", "groups_tried", "dead_share", "invalid", "loss",

@@ -83,7 +83,7 @@ def test_starts_tell_which_starts_could_ever_be_live(tmp_path):
     """Per start: groups, live and trained groups, mean rewards and the live share a group size would
     give. A start whose rollouts all got one reward is not mixed and no group size makes it live; an
     invalid rollout, a row without a reward and a torn last line count for nothing."""
-    from mirl.training.report import live_shares, starts
+    from mirl.training.report import live_shares, starts, starts_summary
 
     rows = [_rollout(1, 0, "retry|t/0/1", r, True) for r in (1.0, 0.0, 0.0, 0.0)]  # live group, p = 1/4
     rows += [_rollout(2, 1, "retry|t/0/1", 0.0, False) for _ in range(4)]  # dead group of the same start
@@ -105,14 +105,18 @@ def test_starts_tell_which_starts_could_ever_be_live(tmp_path):
     shares = live_shares(df.reset_index())  # weighted by groups drawn: 3 of the live start's, 1 of the other
     assert shares["observed"] == 2 / 4
     assert abs(shares["4"] - 3 / 4 * (1 - 0.25 ** 4 - 0.75 ** 4)) < 1e-12
+    line = starts_summary(df.reset_index())
+    assert line.startswith("1 of 2 starts ever gave different rewards") and "observed: 0.500" in line
+    assert f"groups of 4: {shares['4']:.3f}" in line
 
 
 def test_starts_with_a_reward_that_is_not_0_or_1_and_without_rollouts(tmp_path):
     """A graded reward anywhere in the run: a mixed start's expected share is unknown (NaN), and so is the
     run's; a start that never varied is 0 whatever its reward. No rollouts: an empty table, no shares."""
-    from mirl.training.report import live_shares, starts
+    from mirl.training.report import live_shares, starts, starts_summary
 
     assert starts(tmp_path).empty and live_shares(starts(tmp_path)) == {}
+    assert starts_summary(starts(tmp_path)).endswith("no groups yet")
     rows = [_rollout(1, 0, "a|t/0/1", r, True) for r in (0.5, 0.25)]
     rows += [_rollout(1, 1, "b|t/0/2", 0.0, False) for _ in range(2)]
     _write_rollouts(tmp_path, rows)
