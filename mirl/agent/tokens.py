@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,9 @@ SENTINEL = "MIRLSENTINEL{}XYZ"  # plain letters: templates pass them through unc
 _GLUES: dict[int, tuple[Any, ChatGlue]] = {}
 _GLUES_LOCK = threading.Lock()
 _TOKENIZER_LOCK = threading.RLock()
+_MEMO_LOCK = threading.Lock()
+MEMO_SIZE = 1024  # prompts and texts whose ids a glue keeps
+MEMO_TEXT = 16_384  # longer texts (a flooding command's output) are tokenized every time
 
 
 class TemplateError(ValueError):
@@ -54,6 +58,7 @@ class ChatGlue:
     eot_id: int | None = None  # the token the template closes an assistant turn with, when it is an end id
     _pieces: dict[tuple[str, ...], list[list[int]]] = field(default_factory=dict)
     _splitter: Any = None  # a private copy of the tokenizer for text with special-token strings split
+    _memo: OrderedDict = field(default_factory=OrderedDict)  # (kind, key) -> ids: see `_memoized`
 
     @classmethod
     def of(cls, tokenizer: Any, end_ids: set[int]) -> ChatGlue:
@@ -69,12 +74,32 @@ class ChatGlue:
     def prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
         """The first prompt: the chat template over `messages` with the generation prompt."""
         msgs = [{"role": m["role"], "content": m.get("content") or ""} for m in messages]
+        return self._memoized(("prompt", tuple((m["role"], m["content"]) for m in msgs)), lambda: self._render(msgs))
+
+    def _render(self, msgs: list[dict[str, Any]]) -> list[int]:
         with _TOKENIZER_LOCK:  # a Hugging Face tokenizer shared by episode threads is not safe to call at once
             enc = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True)
         ids = enc["input_ids"]
         if ids and isinstance(ids[0], list):
             ids = ids[0]
         return [int(t) for t in ids]
+
+    def _memoized(self, key: tuple, make: Any) -> list[int]:
+        """`make()`'s ids, kept for the next `MEMO_SIZE` distinct keys. A prefix's continuations (a rate
+        stage's samples, a training group's rollouts) render the same first prompt and tokenize the same
+        prefix steps; with 64 episodes beside a GPU engine, each rendering is GIL time the engine's
+        thread waits for (`benchmarks/gpu/NOTES.md`)."""
+        with _MEMO_LOCK:
+            hit = self._memo.get(key)
+            if hit is not None:
+                self._memo.move_to_end(key)
+                return list(hit)
+        ids = make()
+        with _MEMO_LOCK:
+            self._memo[key] = tuple(ids)
+            while len(self._memo) > MEMO_SIZE:
+                self._memo.popitem(last=False)
+        return list(ids)
 
     def pieces(self, roles: tuple[str, ...]) -> list[list[int]]:
         """Glue ids around observation messages of these roles: [before the first, between
@@ -112,6 +137,11 @@ class ChatGlue:
         """Ids of `text`; special-token strings are parsed only in template glue (`special`)."""
         if not text:
             return []
+        if len(text) <= MEMO_TEXT:
+            return self._memoized(("text", special, text), lambda: self._tokenize(text, special))
+        return self._tokenize(text, special)
+
+    def _tokenize(self, text: str, special: bool) -> list[int]:
         with _TOKENIZER_LOCK:
             if special:
                 return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -66,6 +66,7 @@ from mirl.sandbox.process import (
     enlarge_pipe,
     kill_tree,
     marker_token,
+    start_ticks,
 )
 from mirl.sandbox.verifier import PUT_TESTS, run_verifier, tar_of_tests
 from mirl.tasks import Task
@@ -315,6 +316,7 @@ class LocalSession:
         self.home.mkdir(parents=True, exist_ok=True)
         self.bash = shutil.which("bash", path=self.env["PATH"]) or shutil.which("bash") or "/bin/bash"
         self.runner: Runner | None = None
+        self.starts: list[int | None] = []  # when each runner started (`start_ticks`)
         self.cgroup = PidsCgroup.create(f"mirl-local-{self.id[:12]}", PIDS_LIMIT)
         self.skipped: list[layers.Step] = []  # install lines the local backend did not run
         try:
@@ -324,6 +326,12 @@ class LocalSession:
         except BaseException:
             self.close()
             raise
+
+    @property
+    def since(self) -> int | None:
+        """No process of the session started before this (`kill_tree` passes over older ones); None when
+        a runner's start is unknown."""
+        return None if not self.starts or None in self.starts else min(self.starts)
 
     @staticmethod
     def _under_tmp(path: Path) -> bool:
@@ -474,6 +482,7 @@ class LocalSession:
         upper layer)."""
         env = {"PATH": self.env["PATH"], "LANG": self.env["LANG"], SESSION_VAR: self.id}
         runner = Runner(self.binds, self.cgroup, env, str(self.root), self.overlays, self.namespace, self.protect)
+        self.starts.append(start_ticks(runner.proc.pid))  # the session's processes descend from its runners
         if self.binds and self.namespace is None:
             try:
                 self.namespace = os.open(f"/proc/{runner.proc.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
@@ -541,7 +550,7 @@ class LocalSession:
                         pid = runner.wait_for(lambda m: m["op"] == "started" and m["id"] == cid, 0.1)
                     sids = [pid["pid"]] if pid else []
                     tokens = [marker_token(MARKER_VAR, marker)]
-                    if kill_tree(tokens, sids):
+                    if kill_tree(tokens, sids, since=self.since):
                         # on a loaded machine a fork bomb can outrun one budget: keep sweeping a while
                         self.sweeper = threading.Thread(target=_sweep_on, args=(tokens, sids), daemon=True)
                         self.sweeper.start()
@@ -627,7 +636,7 @@ class LocalSession:
             return
         with self.lock:
             self.closed = True
-            kill_tree([marker_token(SESSION_VAR, self.id)], self.sids)
+            kill_tree([marker_token(SESSION_VAR, self.id)], self.sids, since=self.since)
             if self.runner is not None:
                 self.runner.close()
                 self.runner = None

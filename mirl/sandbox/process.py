@@ -191,14 +191,36 @@ class Drainer:
 # --- process trees ------------------------------------------------------------------------
 
 
+def _stat_fields(stat: bytes) -> list[bytes]:
+    """/proc/PID/stat's fields after "pid (comm)": state, ppid, pgrp, session, ... (comm may hold spaces
+    and parens)."""
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
 def _session_id(stat: bytes) -> int | None:
     """Session id from /proc/PID/stat ("pid (comm) state ppid pgrp session ..."); None for zombies."""
-    fields = stat[stat.rfind(b")") + 2 :].split()  # comm may hold spaces and parens
+    fields = _stat_fields(stat)
     return None if fields[0] in (b"Z", b"X") else int(fields[3])
 
 
-def marked_pids(tokens: Iterable[bytes], sids: Iterable[int] = (), proc: str = "/proc") -> list[int]:
-    """Pids under `proc` whose environment holds one of `tokens` or whose session id is in `sids`."""
+def start_ticks(pid: int, proc: str = "/proc") -> int | None:
+    """When `pid` started, in clock ticks since boot (/proc/PID/stat's 22nd field); None if it is gone.
+    A process's descendants start no earlier, which lets `marked_pids` pass over older processes."""
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as f:
+            return int(_stat_fields(f.read())[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def marked_pids(tokens: Iterable[bytes], sids: Iterable[int] = (), proc: str = "/proc",
+                since: int | None = None) -> list[int]:
+    """Pids under `proc` whose environment holds one of `tokens` or whose session id is in `sids`.
+
+    With `since` (`start_ticks` of the process every marked one descends from, such as a session's
+    runner), processes that started before it are passed over without reading their environment: with
+    64 sessions at once a scan meets hundreds of processes, and each environ read holds the GIL that a
+    GPU engine's thread beside the sessions needs."""
     tokens, sids = set(tokens), set(sids)
     me = os.getpid()
     found = []
@@ -208,11 +230,13 @@ def marked_pids(tokens: Iterable[bytes], sids: Iterable[int] = (), proc: str = "
         pid = int(name)
         try:
             with open(f"{proc}/{name}/stat", "rb") as f:
-                sid = _session_id(f.read())
-            if sid is None:
+                fields = _stat_fields(f.read())
+            if fields[0] in (b"Z", b"X"):
                 continue  # already dead, waiting to be reaped
-            if sid in sids:
+            if int(fields[3]) in sids:
                 found.append(pid)
+                continue
+            if since is not None and int(fields[19]) < since:
                 continue
             with open(f"{proc}/{name}/environ", "rb") as f:
                 if tokens.intersection(f.read().split(b"\0")):
@@ -226,18 +250,22 @@ def marker_token(name: str, value: str) -> bytes:
     return f"{name}={value}".encode()
 
 
-def kill_tree(tokens: Iterable[bytes], sids: Iterable[int] = (), max_s: float = 1.5, proc: str = "/proc") -> int:
-    """SIGKILL every marked process; returns how many.
+def kill_tree(tokens: Iterable[bytes], sids: Iterable[int] = (), max_s: float = 1.5, proc: str = "/proc",
+              since: int | None = None) -> int:
+    """SIGKILL every marked process; returns how many (`since`: as for `marked_pids`).
 
     Everything marked is first SIGSTOPped, sweep after sweep, until a sweep finds nobody new (a
-    stopped process cannot fork, so a fork bomb converges); then all of them get SIGKILL.
+    stopped process cannot fork, so a fork bomb converges); then all of them get SIGKILL. A first
+    sweep that finds nobody ends it: only a marked process could start another.
     """
     tokens, sids = list(tokens), list(sids)
     end = time.monotonic() + max_s
     stopped: set[int] = set()
     while time.monotonic() < end:
-        new = [p for p in marked_pids(tokens, sids, proc) if p not in stopped]
+        new = [p for p in marked_pids(tokens, sids, proc, since) if p not in stopped]
         if not new:
+            if not stopped:
+                return 0
             break
         for pid in new:
             try:
@@ -245,7 +273,7 @@ def kill_tree(tokens: Iterable[bytes], sids: Iterable[int] = (), max_s: float = 
             except OSError:
                 pass
             stopped.add(pid)
-    for pid in stopped | set(marked_pids(tokens, sids, proc)):
+    for pid in stopped | set(marked_pids(tokens, sids, proc, since)):
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:

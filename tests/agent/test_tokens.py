@@ -220,21 +220,25 @@ def test_prompts_render_right_while_other_threads_encode_observations(lm, glue):
     plays a group's episodes in threads): every prompt starts with the template's own tokens."""
     import threading
 
-    msgs = [{"role": "system", "content": "You solve tasks."}, {"role": "user", "content": "List /app."}]
-    want, shared_want = glue.prompt_ids(msgs), lm.prompt_ids(msgs)[0].tolist()
+    def msgs(i: int) -> list[dict[str, str]]:  # each prompt new: the glue's memo must not answer for the template
+        return [{"role": "system", "content": "You solve tasks."}, {"role": "user", "content": f"List /app/{i}."}]
+
+    want = [lm.prompt_ids(msgs(i))[0].tolist() for i in range(150)]
     flood = "x <|im_end|> <|im_start|>user\n" * 50
     bad: list[str] = []
     stop = threading.Event()
 
     def observe():
+        n = 0
         while not stop.is_set():
-            glue.observation_ids([1], [{"role": "user", "content": flood}])
+            n += 1
+            glue.observation_ids([1], [{"role": "user", "content": f"{n} {flood}"}])
 
     def render():
-        for _ in range(150):
-            if glue.prompt_ids(msgs) != want:
+        for i in range(150):
+            if glue.prompt_ids(msgs(i)) != want[i]:
                 bad.append("glue")
-            if lm.prompt_ids(msgs)[0].tolist() != shared_want:
+            if lm.prompt_ids(msgs(i))[0].tolist() != want[i]:
                 bad.append("shared")
 
     workers = [threading.Thread(target=observe) for _ in range(3)]
@@ -247,3 +251,36 @@ def test_prompts_render_right_while_other_threads_encode_observations(lm, glue):
         for w in workers:
             w.join()
     assert not bad, f"{len(bad)} prompts rendered with split special tokens ({sorted(set(bad))})"
+
+
+def test_a_prompt_and_a_text_seen_before_are_not_rendered_again(lm, monkeypatch):
+    """A prefix's continuations render the same first prompt and tokenize the same steps: the glue keeps
+    their ids (GIL time a GPU engine's thread would wait for), equal to a fresh rendering, and a caller
+    changing the list it got does not change what the next caller gets."""
+    glue = ChatGlue(lm.tokenizer, set(lm.end_ids))  # its own memo
+    calls = {"render": 0, "encode": 0}
+    render, encode = glue._render, glue._tokenize
+
+    def counted_render(msgs):
+        calls["render"] += 1
+        return render(msgs)
+
+    def counted_encode(text, special):
+        calls["encode"] += 1
+        return encode(text, special)
+
+    monkeypatch.setattr(glue, "_render", counted_render)
+    monkeypatch.setattr(glue, "_tokenize", counted_encode)
+    msgs = [{"role": "system", "content": "You solve tasks."}, {"role": "user", "content": "List /app."}]
+    first = glue.prompt_ids(msgs)
+    first.append(-1)
+    assert glue.prompt_ids(msgs) == template_ids(lm, msgs) and calls["render"] == 1
+    other = [msgs[0], {"role": "user", "content": "List /tmp."}]
+    assert glue.prompt_ids(other) == template_ids(lm, other) and calls["render"] == 2
+    ids = glue.context_ids("ls -la /app")
+    assert glue.context_ids("ls -la /app") == ids and calls["encode"] == 1
+    assert glue._encode("ls -la /app", special=True) and calls["encode"] == 2  # glue text is another key
+    long = "y" * 20_000  # a flood is not kept
+    glue._encode(long)
+    glue._encode(long)
+    assert calls["encode"] == 4

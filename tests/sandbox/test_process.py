@@ -9,8 +9,9 @@ import uuid
 
 import pytest
 
+from mirl.sandbox import process
 from mirl.sandbox.base import HeadTailBuffer
-from mirl.sandbox.process import Drainer, collect, kill_tree, marked_pids, marker_token
+from mirl.sandbox.process import Drainer, collect, kill_tree, marked_pids, marker_token, start_ticks
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -57,6 +58,42 @@ def test_kill_tree_finds_children_that_left_the_session_by_marker():
     time.sleep(0.1)
     assert marked_pids([token]) == []
     os.close(r)
+
+
+def test_a_scan_since_a_start_passes_over_older_processes_and_finds_newer_ones():
+    """`since` (a session's first runner's start) spares the environ reads of every process older than the
+    session; the session's own processes all start later and are found."""
+    marker = uuid.uuid4().hex
+    token = marker_token("MIRL_CMD", marker)
+    old, r1, _ = _start("sleep 303", env={"MIRL_CMD": marker})
+    time.sleep(0.1)  # start times count in clock ticks (10 ms)
+    new, r2, _ = _start("sleep 304", env={"MIRL_CMD": marker})
+    try:
+        since = start_ticks(new.pid)
+        assert since is not None and start_ticks(old.pid) < since
+        deadline = time.monotonic() + 5
+        while len(marked_pids([token])) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sorted(marked_pids([token])) == sorted([old.pid, new.pid])
+        assert marked_pids([token], since=since) == [new.pid]
+        assert kill_tree([token], since=since) == 1
+        new.wait(5)
+        assert old.poll() is None
+    finally:
+        kill_tree([token])
+        old.wait(5)
+        os.close(r1)
+        os.close(r2)
+    assert start_ticks(old.pid) is None
+
+
+def test_killing_when_nothing_is_marked_scans_proc_once(monkeypatch):
+    """A session's close with nothing left running: one scan of /proc, not the sweep and the final check."""
+    scans = []
+    real = process.marked_pids
+    monkeypatch.setattr(process, "marked_pids", lambda *a, **k: scans.append(1) or real(*a, **k))
+    assert kill_tree([marker_token("MIRL_CMD", uuid.uuid4().hex)]) == 0
+    assert len(scans) == 1
 
 
 def test_drainer_keeps_a_writer_alive_after_we_stop_reading(tmp_path):
