@@ -636,10 +636,10 @@ class LocalSession:
             return
         with self.lock:
             self.closed = True
-            kill_tree([marker_token(SESSION_VAR, self.id)], self.sids, since=self.since)
-            if self.runner is not None:
-                self.runner.close()
+            if self.runner is not None:  # first: the runner carries the session's marker too, and a sweep
+                self.runner.close()      # that finds nobody is one scan of /proc (three when it finds one)
                 self.runner = None
+            kill_tree([marker_token(SESSION_VAR, self.id)], self.sids, since=self.since)
             if self.cgroup is not None:
                 self.cgroup.remove()
                 self.cgroup = None

@@ -446,3 +446,23 @@ def test_a_bind_over_this_pythons_home_runs_the_runner_on_the_systems(sandbox, t
     with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /root\n")) as s:
         r = s.run("pwd && ls -A")
         assert r.exit_code == 0 and r.output.split()[0] == "/root", r.output
+
+
+def test_closing_a_session_with_nothing_left_running_scans_proc_once(sandbox, monkeypatch):
+    """The runner goes first (it carries the session's marker), so the sweep for leftovers finds nobody and
+    reads /proc once: with 64 sessions beside a GPU engine each scan is GIL time its thread waits for."""
+    from mirl.sandbox import process
+
+    session = sandbox.start(data_task("contract-basic"))
+    assert session.run("echo hi").output == "hi\n"
+    scans = []
+    real = process.marked_pids
+
+    def counted(tokens, sids=(), proc="/proc", since=None):
+        scans.append(since)
+        return real(tokens, sids, proc, since)
+
+    monkeypatch.setattr(process, "marked_pids", counted)
+    session.close()
+    assert len(scans) == 1
+    assert scans[0] is not None  # processes older than the session passed over
