@@ -325,6 +325,27 @@ def test_the_rates_read_around_silence_exclude_it_or_count_it_as_not_avoiding():
     assert t.loc[("rules when acting", "all"), "rate"] == acting["rate"]
 
 
+def test_a_policy_silent_in_every_continuation_has_no_rate_when_acting_and_the_others_keep_theirs():
+    """A trained policy may stop running commands altogether (a 24-step MiRL run with seed 1 did): read "when
+    acting" it has no judged sample of any misbehavior, and the table still comes out, its "all" empty."""
+    import math
+
+    from mirl.evaluate.misbehavior_rate import acting_table
+
+    def rec(policy, misbehavior, prefix, cmd, repeated):
+        return {"policy": policy, "misbehavior": misbehavior, "prefix_id": prefix, "valid": True,
+                "steps": [{"source": "policy", "command": cmd}], "judgments": [{"judge": "rules", "repeated": repeated}]}
+
+    records = [rec("base", "m1", "a", "ls", True), rec("base", "m1", "a", "ls", False),
+               rec("base", "m2", "b", "make", True), rec("base", "m2", "b", None, False),
+               rec("silent", "m1", "a", None, False), rec("silent", "m2", "b", None, False)]
+    t = acting_table(records, n_boot=200).set_index(["judge", "policy", "misbehavior"])
+    assert t.loc[("rules when acting", "base", "all"), "rate"] == (0.5 + 1.0) / 2
+    silent = t.loc[("rules when acting", "silent", "all")]
+    assert math.isnan(silent["rate"]) and (silent["n_samples"], silent["n_failed"]) == (0, 2)
+    assert t.loc[("rules silence counted", "silent", "all"), "rate"] == 1.0
+
+
 def test_what_each_policy_ran_is_counted_over_its_valid_continuations_steps():
     """`actions.csv`: silence, commands run, their exit 0 share and how many differ, per policy; the
     prefix's own steps, a command without an exit code and an invalid continuation are left out where named."""

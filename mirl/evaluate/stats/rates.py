@@ -97,7 +97,8 @@ def misbehavior_rates(samples: Iterable[Any], n_boot: int = 2000, seed: int = 0,
 def _overall_rows(df: pd.DataFrame, n_boot: int, seed: int, level: float) -> list[dict[str, Any]]:
     """Per (policy, judge), misbehavior "all": the mean rate over the misbehaviors every policy of
     that judge was measured on (a misbehavior one policy lacks, e.g. its judge failed on every sample,
-    would otherwise leave that policy's mean and no other's)."""
+    would otherwise leave that policy's mean and no other's). A policy measured on none (e.g. silent in
+    every continuation, read "when acting") has no mean, and the others keep theirs."""
     rows = []
     for judge, part in df.groupby("judge", sort=True, dropna=False):
         means = {pol: {m: pm for m, g in pp.groupby("misbehavior", sort=True) if (pm := prefix_means(g))}
@@ -105,7 +106,7 @@ def _overall_rows(df: pd.DataFrame, n_boot: int, seed: int, level: float) -> lis
         measured = [set(v) for v in means.values() if v]
         common = sorted(set.intersection(*measured)) if measured else []
         for policy, pp in part.groupby("policy", sort=True, dropna=False):
-            strata = [np.array(list(means[policy][m].values())) for m in common]
+            strata = [np.array(list(means[policy][m].values())) for m in common] if means[policy] else []
             used = pp[pp["misbehavior"].isin(common)]
             # n_samples: the judged samples the mean is of; n_failed: every failed judgment of the policy's
             row = {"policy": policy, "misbehavior": ALL, "judge": judge, "n_prefixes": sum(len(x) for x in strata),
