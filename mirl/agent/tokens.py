@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,7 @@ _GLUES: dict[int, tuple[Any, ChatGlue]] = {}
 _GLUES_LOCK = threading.Lock()
 _TOKENIZER_LOCK = threading.RLock()
 _MEMO_LOCK = threading.Lock()
-MEMO_SIZE = 1024  # prompts and texts whose ids a glue keeps
+MEMO_SIZE = 1024  # prompts and texts whose ids a glue keeps (8 bytes an id: tens of MB at most)
 MEMO_TEXT = 16_384  # longer texts (a flooding command's output) are tokenized every time
 
 
@@ -96,7 +97,7 @@ class ChatGlue:
                 return list(hit)
         ids = make()
         with _MEMO_LOCK:
-            self._memo[key] = tuple(ids)
+            self._memo[key] = array("q", ids)  # 8 bytes an id, where a tuple of ints takes ~36
             while len(self._memo) > MEMO_SIZE:
                 self._memo.popitem(last=False)
         return list(ids)

@@ -639,10 +639,14 @@ class LocalSession:
             if self.runner is not None:  # first: the runner carries the session's marker too, and a sweep
                 self.runner.close()      # that finds nobody is one scan of /proc (three when it finds one)
                 self.runner = None
-            if self.cgroup is not None:  # holds every process of the session (the runner joined it before
-                self.cgroup.remove()     # anything started): killed there, without a scan of /proc, whose
-                self.cgroup = None       # hundreds of reads hold the GIL a GPU engine's thread needs
-            else:
+            # A pids cgroup holds every process of the session (the runner joined it before anything
+            # started): they are killed there, without a scan of /proc, whose hundreds of reads hold the GIL a
+            # GPU engine's thread needs. A command that writes itself out of the group (sessions run as root
+            # on the host: unconfined by design) escapes that; the scan by marker stays where there is no group
+            # or it would not go.
+            removed = self.cgroup is not None and self.cgroup.remove()
+            self.cgroup = None
+            if not removed:
                 kill_tree([marker_token(SESSION_VAR, self.id)], self.sids, since=self.since)
             if self.namespace is not None:
                 os.close(self.namespace)

@@ -269,7 +269,9 @@ def kill_tree(tokens: Iterable[bytes], sids: Iterable[int] = (), max_s: float = 
 
     Everything marked is first SIGSTOPped, sweep after sweep, until a sweep finds nobody new (a
     stopped process cannot fork, so a fork bomb converges); then all of them get SIGKILL. A first
-    sweep that finds nobody ends it: only a marked process could start another.
+    sweep that finds nobody ends it: only a marked process could start another (one that forks and exits
+    while the sweep reads /proc, its child listed before the sweep got there, escapes it: the final sweep
+    that used to follow could catch that child, at the cost of a second scan on every clean close).
     """
     tokens, sids = list(tokens), list(sids)
     end = time.monotonic() + max_s
@@ -350,7 +352,8 @@ class PidsCgroup:
         except OSError:
             return []
 
-    def remove(self, wait_s: float = 2.0) -> None:
+    def remove(self, wait_s: float = 2.0) -> bool:
+        """SIGKILL every member until the group can be removed; whether it was (within `wait_s`)."""
         end = time.monotonic() + wait_s
         while True:
             for pid in self.pids():
@@ -360,13 +363,13 @@ class PidsCgroup:
                     pass
             try:
                 self.path.rmdir()
-                return
+                return True
             except FileNotFoundError:
-                return
+                return True
             except OSError:
                 if time.monotonic() > end:
                     log.warning("could not remove cgroup %s", self.path)
-                    return
+                    return False
                 time.sleep(0.01)
 
 

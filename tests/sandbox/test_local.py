@@ -474,3 +474,23 @@ def test_closing_a_session_with_nothing_left_running_scans_proc_once_or_not_at_a
         assert scans == []
     else:
         assert len(scans) == 1 and scans[0] is not None  # processes older than the session passed over
+
+
+def test_without_a_cgroup_close_kills_what_every_runner_left_behind(sandbox, monkeypatch):
+    """The scan at close passes over processes older than the session's first runner, not its latest: a
+    daemon started under a runner an agent's command killed must die too."""
+    import uuid
+
+    from sandbox_helpers import host_pids_with, wait_until_gone
+
+    monkeypatch.setattr(local_backend.PidsCgroup, "create", classmethod(lambda cls, name, limit: None))
+    token = f"MIRL_DAEMON_{uuid.uuid4().hex}=1"
+    session = sandbox.start(data_task("contract-basic"))
+    session.run(f"export {token}; setsid nohup sh -c 'sleep 1000 & sleep 1000' >/dev/null 2>&1 < /dev/null & sleep 0.3")
+    assert len(host_pids_with(token)) == 3
+    session.runner.proc.kill()  # as `kill -9 $PPID` from a command would
+    session.runner.proc.wait(5)
+    assert session.run("echo again").output == "again\n"  # a new runner, started later
+    assert len(session.starts) == 2 and session.starts[0] < session.starts[1]
+    session.close()
+    assert wait_until_gone(token) == []
