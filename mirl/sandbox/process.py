@@ -197,18 +197,11 @@ def _stat_fields(stat: bytes) -> list[bytes]:
     return stat[stat.rfind(b")") + 2 :].split()
 
 
-def _session_id(stat: bytes) -> int | None:
-    """Session id from /proc/PID/stat ("pid (comm) state ppid pgrp session ..."); None for zombies."""
-    fields = _stat_fields(stat)
-    return None if fields[0] in (b"Z", b"X") else int(fields[3])
-
-
 def start_ticks(pid: int, proc: str = "/proc") -> int | None:
     """When `pid` started, in clock ticks since boot (/proc/PID/stat's 22nd field); None if it is gone.
     A process's descendants start no earlier, which lets `marked_pids` pass over older processes."""
     try:
-        with open(f"{proc}/{pid}/stat", "rb") as f:
-            return int(_stat_fields(f.read())[19])
+        return int(_stat_fields(_proc_file(f"{proc}/{pid}/stat", 1024))[19])
     except (OSError, ValueError, IndexError):
         return None
 
