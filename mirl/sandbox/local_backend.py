@@ -62,6 +62,7 @@ from mirl.sandbox.prelude import join_step, prelude_argv
 from mirl.sandbox.process import (
     MARKER_VAR,
     PidsCgroup,
+    SessionCgroup,
     collect,
     enlarge_pipe,
     kill_tree,
@@ -73,6 +74,7 @@ from mirl.tasks import Task
 
 log = logging.getLogger(__name__)
 _WARNED: set[str] = set()  # tasks warned about running unconfined
+_SWEPT: list[bool] = []  # the cgroup-v2 groups of dead runs swept, once a process
 
 SESSION_VAR = "MIRL_SESSION"
 PIDS_LIMIT = 1024
@@ -159,7 +161,7 @@ def _sweep_on(tokens: list[bytes], sids: list[int], rounds: int = 20) -> None:
         if not kill_tree(tokens, sids, max_s=0.5):
             return
 
-def _runner_steps(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | None, overlays: dict[bytes, bytes] | None = None,
+def _runner_steps(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | SessionCgroup | None, overlays: dict[bytes, bytes] | None = None,
                   namespace: int | None = None, protect: list[bytes] = ()) -> list[tuple]:
     """What the runner does before it runs (`mirl.sandbox.prelude`): join the cgroup, then (if binds)
     a private mount namespace where the host's programs and libraries (READ_ONLY) and the paths in
@@ -201,7 +203,7 @@ def _runner_python(dests: list[str]) -> str:
 class Runner(Channel):
     """The session's long-lived runner (`init_script.INIT_CODE`) and its control socket."""
 
-    def __init__(self, binds: list[tuple[Path, str]], cgroup: PidsCgroup | None, env: dict[str, str], cwd: str,
+    def __init__(self, binds: list[tuple[Path, str]], cgroup: PidsCgroup | SessionCgroup | None, env: dict[str, str], cwd: str,
                  overlays: dict[str, str] | None = None, namespace: int | None = None, protect: list[str] = ()):
         self.next_id = 0
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -317,7 +319,7 @@ class LocalSession:
         self.bash = shutil.which("bash", path=self.env["PATH"]) or shutil.which("bash") or "/bin/bash"
         self.runner: Runner | None = None
         self.starts: list[int | None] = []  # when each runner started (`start_ticks`)
-        self.cgroup = PidsCgroup.create(f"mirl-local-{self.id[:12]}", PIDS_LIMIT)
+        self.cgroup = session_cgroup(f"mirl-local-{self.id[:12]}")
         self.skipped: list[layers.Step] = []  # install lines the local backend did not run
         try:
             self.runner = self._start_runner()
@@ -639,9 +641,9 @@ class LocalSession:
             if self.runner is not None:  # first: the runner carries the session's marker too, and a sweep
                 self.runner.close()      # that finds nobody is one scan of /proc (three when it finds one)
                 self.runner = None
-            # A pids cgroup holds every process of the session (the runner joined it before anything
-            # started): they are killed there, without a scan of /proc, whose hundreds of reads hold the GIL a
-            # GPU engine's thread needs. A command that writes itself out of the group (sessions run as root
+            # A cgroup holds every process of the session (the runner joined it before anything started):
+            # they are killed there, without a scan of /proc, whose hundreds of reads hold the GIL a GPU
+            # engine's thread needs. A command that writes itself out of the group (sessions run as root
             # on the host: unconfined by design) escapes that; the scan by marker stays where there is no group
             # or it would not go.
             removed = self.cgroup is not None and self.cgroup.remove()
@@ -658,6 +660,19 @@ class LocalSession:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def session_cgroup(name: str) -> PidsCgroup | SessionCgroup | None:
+    """The group a session's processes run in: cgroup v1's pids controller, which also bounds a fork bomb;
+    else a cgroup-v2 group, which only holds them for close (hosts on v2 alone); else None (close scans
+    /proc for the session's marker)."""
+    group = PidsCgroup.create(name, PIDS_LIMIT)
+    if group is not None:
+        return group
+    if not _SWEPT:
+        _SWEPT.append(True)
+        SessionCgroup.sweep_stale()
+    return SessionCgroup.create(name)
 
 
 class LocalSandbox:

@@ -6,6 +6,7 @@ whichever other test directories' conftest modules pytest has loaded in the same
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -76,3 +77,27 @@ def flood_in_fresh_process(backend: str, command: str, output_limit: int, use_pi
     proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def cgroup2_hierarchy(root: Path):
+    """The cgroup-v2 hierarchy mounted at `root` for the test (root only; hosts on cgroup v1 have it too,
+    with no controller), and unmounted after, its test groups removed first."""
+    root.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "cgroup2", "none", str(root)], check=True, capture_output=True)
+    try:
+        yield root
+    finally:
+        for group in root.iterdir():
+            if group.is_dir() and group.name.startswith("mirl-"):
+                try:
+                    (group / "cgroup.kill").write_text("1")
+                except OSError:
+                    pass
+                for _ in range(200):
+                    try:
+                        group.rmdir()
+                        break
+                    except OSError:
+                        time.sleep(0.01)
+        subprocess.run(["umount", str(root)], check=False, capture_output=True)

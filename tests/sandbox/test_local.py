@@ -457,6 +457,7 @@ def test_closing_a_session_with_nothing_left_running_scans_proc_once_or_not_at_a
 
     if not cgroup:
         monkeypatch.setattr(local_backend.PidsCgroup, "create", classmethod(lambda cls, name, limit: None))
+        monkeypatch.setattr(local_backend.SessionCgroup, "create", classmethod(lambda cls, name, mount=None: None))
     session = sandbox.start(data_task("contract-basic"))
     held = session.cgroup is not None  # where the host offers one (root, cgroup v1's pids controller)
     assert held or not cgroup or os.geteuid() != 0 or not local_backend.PidsCgroup.ROOT.is_dir()
@@ -484,6 +485,7 @@ def test_without_a_cgroup_close_kills_what_every_runner_left_behind(sandbox, mon
     from sandbox_helpers import host_pids_with, wait_until_gone
 
     monkeypatch.setattr(local_backend.PidsCgroup, "create", classmethod(lambda cls, name, limit: None))
+    monkeypatch.setattr(local_backend.SessionCgroup, "create", classmethod(lambda cls, name, mount=None: None))
     token = f"MIRL_DAEMON_{uuid.uuid4().hex}=1"
     session = sandbox.start(data_task("contract-basic"))
     session.run(f"export {token}; setsid nohup sh -c 'sleep 1000 & sleep 1000' >/dev/null 2>&1 < /dev/null & sleep 0.3")
@@ -494,3 +496,32 @@ def test_without_a_cgroup_close_kills_what_every_runner_left_behind(sandbox, mon
     assert len(session.starts) == 2 and session.starts[0] < session.starts[1]
     session.close()
     assert wait_until_gone(token) == []
+
+
+def test_on_cgroup_v2_alone_a_session_is_killed_through_its_group_without_a_scan(sandbox, monkeypatch, tmp_path):
+    """A host without cgroup v1's pids controller (the GPU machines here) but with cgroup v2: the session
+    runs in a v2 group of its own, and close kills a daemon it left through the group, reading no /proc."""
+    import uuid
+
+    from sandbox_helpers import cgroup2_hierarchy, host_pids_with, wait_until_gone
+
+    from mirl.sandbox import process
+
+    if os.geteuid() != 0:
+        pytest.skip("cgroups are written by root")
+    token = f"MIRL_DAEMON_{uuid.uuid4().hex}=1"
+    with cgroup2_hierarchy(tmp_path / "cg2") as root:
+        create = local_backend.SessionCgroup.create.__func__
+        monkeypatch.setattr(local_backend.PidsCgroup, "create", classmethod(lambda cls, name, limit: None))
+        monkeypatch.setattr(local_backend.SessionCgroup, "create",
+                            classmethod(lambda cls, name, mount=None: create(cls, name, mount=root)))
+        session = sandbox.start(data_task("contract-basic"))
+        assert isinstance(session.cgroup, local_backend.SessionCgroup)
+        session.run(f"export {token}; setsid nohup sh -c 'sleep 1000 & sleep 1000' >/dev/null 2>&1 < /dev/null & sleep 0.3")
+        assert len(host_pids_with(token)) == 3
+        scans = []
+        monkeypatch.setattr(process, "marked_pids", lambda *a, **k: scans.append(a) or [])
+        path = session.cgroup.path
+        session.close()
+        assert scans == [] and not path.exists()
+        assert wait_until_gone(token) == []

@@ -142,3 +142,51 @@ def test_owner_is_gone_only_when_its_process_ended_here():
     boot, rest = alive.split(".", 1)
     assert not owner_gone(f"{'0' * len(boot)}.{rest}")  # another machine's (or boot's) owner: left alone
     assert not owner_gone("not an owner")
+
+
+def test_a_cgroup_v2_session_group_kills_its_processes_at_once_daemons_included(tmp_path):
+    """Where the host has cgroup v2 alone (no v1 pids controller), a session's processes are held in a
+    group under this process's own and killed with one write to `cgroup.kill`: a daemon that left its
+    parent's session and process group dies too, with no scan of /proc."""
+    from sandbox_helpers import cgroup2_hierarchy, host_pids_with, wait_until_gone
+
+    from mirl.sandbox.process import SessionCgroup
+
+    if os.geteuid() != 0:
+        pytest.skip("cgroups are written by root")
+    token = f"MIRL_V2_{uuid.uuid4().hex}=1"
+    with cgroup2_hierarchy(tmp_path / "cg2") as root:
+        group = SessionCgroup.create("mirl-test", mount=root)
+        assert group is not None and group.path.parent == SessionCgroup.base(root)
+        shell = subprocess.Popen(["sh", "-c", "read go; setsid sh -c 'sleep 300 & sleep 300' & sleep 300 & wait"],
+                                 stdin=subprocess.PIPE, env={**os.environ, token.split("=")[0]: "1"})
+        (group.path / "cgroup.procs").write_text(str(shell.pid))  # joined before it forks anything
+        shell.stdin.write(b"go\n")
+        shell.stdin.flush()
+        deadline = time.monotonic() + 5
+        while len(host_pids_with(token)) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(host_pids_with(token)) == 5 and sorted(group.pids()) == sorted(host_pids_with(token))
+        assert group.remove() and not group.path.exists()
+        shell.wait(5)
+        assert wait_until_gone(token) == []
+
+
+def test_a_cgroup_v2_group_whose_owner_died_is_swept(tmp_path):
+    from sandbox_helpers import cgroup2_hierarchy
+
+    from mirl.sandbox.owner import owner_id
+    from mirl.sandbox.process import SessionCgroup
+
+    if os.geteuid() != 0:
+        pytest.skip("cgroups are written by root")
+    with cgroup2_hierarchy(tmp_path / "cg2") as root:
+        base = SessionCgroup.base(root)
+        dead = subprocess.Popen(["true"])
+        gone = owner_id(dead.pid)
+        dead.wait()
+        (base / f"mirl-local-old_{gone.rsplit('.', 1)[0]}.0").mkdir()  # a start time no process has now
+        mine = SessionCgroup.create("mirl-local-mine", mount=root)
+        assert SessionCgroup.sweep_stale(mount=root) == 1
+        assert mine.path.exists() and not (base / f"mirl-local-old_{gone.rsplit('.', 1)[0]}.0").exists()
+        assert mine.remove()
