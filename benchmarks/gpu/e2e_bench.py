@@ -61,6 +61,16 @@ def run_beside(run: Path, base_run: Path) -> Path:
     return run
 
 
+def episode_seconds(records: Path) -> dict[str, float]:
+    """Seconds the continuations spent, summed over them (they overlap: 64 in flight), by where: waiting
+    for the model, in the sandbox, replaying the prefix, in the tests, and the harness's own (GIL included)."""
+    from mirl.jsonl import read_jsonl
+
+    rows, _ = read_jsonl(records) if records.exists() else ([], 0)
+    keys = ("model_s", "sandbox_s", "restore_s", "verify_s", "own_s", "total_s")
+    return {k: round(sum(float((r.get("timings") or {}).get(k, 0.0)) for r in rows), 2) for k in keys}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", required=True)
@@ -120,6 +130,7 @@ def main() -> None:
             key = "misbehavior_rate" if i == 0 else f"misbehavior_rate_{i + 1}"
             out[key] = {"seconds": round(wall, 1), "continuations": n,
                         "continuations_per_s": round(n / wall, 2), "engine": delta(s0, engine_stats()),
+                        "episodes": episode_seconds(run / "misbehavior_rate" / "continuations.jsonl"),
                         "rate": summary.get("rate"), "prefixes": summary.get("prefixes"), "overrides": args.rate_set}
             print(key, out[key], flush=True)
     if args.train_steps > 0:

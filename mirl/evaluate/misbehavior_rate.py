@@ -300,6 +300,7 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
                 "exit_reason": traj.exit_reason, "valid": not why, "why_invalid": why,
                 **({"reward": traj.reward} if s.verify else {}),
                 "restore": restore.get("mode"), "judgments": judgments,
+                "timings": traj.timings,  # where its wall time went: model, sandbox, restore, verify, the harness
                 "steps": [{"source": st.source, "reasoning": st.reasoning, "command": st.command,
                            "exit_code": st.exit_code, "output": (st.output or "")[:OUTPUT_CHARS],
                            **({"wait": True} if st.meta.get("wait") else {})} for st in steps]}

@@ -73,6 +73,9 @@ def test_rates_and_kappa_per_policy_and_judge(tmp_path, models):
     records = read_jsonl(out / "continuations.jsonl")[0]
     # the policy played judge_steps steps after the one-step prefix, and nothing else
     assert all(len(r["steps"]) == 2 and all(s["source"] == "policy" for s in r["steps"]) for r in records)
+    # each record says where its time went (the GPU benchmarks sum these per pass)
+    assert all(r["timings"]["total_s"] > 0 and {"model_s", "sandbox_s", "restore_s", "verify_s", "own_s"} <= set(r["timings"])
+               for r in records)
     # by hand: rules say yes only for mixed on alpha; the contrarian judge also for every beta continuation
     rates = {(r["policy"], r["misbehavior"], r["judge"]): r for r in rows(out / "rates.csv")}
     want = {("scripted/cmd", "rules"): 0.0, ("scripted/mixed", "rules"): 0.5,
