@@ -50,7 +50,8 @@ def engine_stats() -> dict:
 
 def delta(a: dict, b: dict) -> dict:
     return {k: round(b[k] - a.get(k, 0), 3) for k in ("decode_s", "prefill_s", "host_s", "steps", "row_steps",
-                                                       "prefill_tokens", "cached_tokens", "prefill_passes") if k in b}
+                                                       "prefill_tokens", "cached_tokens", "prefill_passes", "graphs_captured",
+                                                       "failed_captures", "requests") if k in b}
 
 
 def run_beside(run: Path, base_run: Path) -> Path:
