@@ -4,7 +4,8 @@ Every torch call gives the GIL away and takes it back, which costs up to the thr
 while other threads run Python; on a GPU a step's forward and sampler are one CUDA graph replay, so what
 the owner thread pays a step is about the calls its host code makes outside the captured step. Counted
 here: torch functions, tensor methods and indexing called from `mirl/engines/paged/engine.py` or
-`batch.py` on the owner thread, outside `DeviceBatch._run` (the replay counts as one); by phase: a decode step (its launch
+`batch.py` on the owner thread, outside `DeviceBatch._run` (the replay counts as one) and outside the
+first tokens' sampler (one compiled call on a GPU, counted as one); by phase: a decode step (its launch
 and read-back), a prefill pass (with its rows' first tokens). Used by `benchmarks/engine_host_calls.py`
 and `tests/engines/test_paged.py`.
 """

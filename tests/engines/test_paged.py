@@ -114,8 +114,8 @@ def concurrently(fn, args):
 
 
 def padded(e: PagedEngine) -> list[tuple[int, int]]:
-    """Pad `e`'s decode steps and first tokens to buckets as on a GPU (where graphs replay fixed shapes),
-    eagerly here; returns the (rows, bucket) pairs of the steps to come."""
+    """Pad `e`'s decode steps to buckets as on a GPU (where graphs replay fixed shapes), eagerly here;
+    returns the (rows, bucket) pairs of the steps to come."""
     e._allocate()
     e.batch.padded = True
     seen, bucket_for = [], e.batch.bucket_for
@@ -133,7 +133,7 @@ def test_requests_join_and_leave_a_running_batch_and_each_gets_what_it_gets_alon
     """Twelve threads with their own prompts, sample counts, lengths and temperatures: they decode in
     shared steps (far fewer steps than alone, more than one row at a time), and every sample equals
     the same request run alone on a fresh engine; also with the steps padded to buckets, as on a GPU
-    (padding slots must write only page 0, and a new layout of the rows happens inside the step)."""
+    (padding slots must write only page 0, and a new layout keeps each row's pages)."""
     busy = make(checkpoint)
     seen = padded(busy) if pad else []
     ps = prompts(busy, 12)
@@ -172,7 +172,7 @@ def test_requests_whose_prompts_go_in_together_start_in_one_call_and_each_draws_
     """Six requests queued before the owner thread runs go in in one prefill pass, and their rows' first
     tokens are sampled in one batched call (each row from its own prompt's logits, with its own seed,
     temperature and top-p, its partial last page copied): every sample still equals the request alone;
-    also with the first tokens padded to a bucket of rows and of slots to copy, as on a GPU."""
+    also with the decode steps padded to a bucket of rows, as on a GPU."""
     e = make(checkpoint, prefill_tokens=512)
     seen = padded(e) if pad else []
     ps = prompts(e, 6)
@@ -196,7 +196,7 @@ def test_requests_whose_prompts_go_in_together_start_in_one_call_and_each_draws_
     for t in threads:
         t.join(60)
     assert e.stats["prefill_passes"] == 1 and e.stats["requests"] == len(args)
-    assert not pad or seen[0][1] > seen[0][0], seen  # the first tokens: 12 rows in a bucket of 16
+    assert not pad or seen[0] == (12, 16), seen  # the first step: 12 rows in a bucket of 16
     solo = make(checkpoint)
     for a, got in zip(args, out):
         want = solo.generate_tokens(*a)
@@ -261,16 +261,15 @@ def test_an_engine_runs_its_process_at_a_short_thread_switch_interval(checkpoint
 def test_the_host_side_of_a_step_and_of_a_pass_makes_few_torch_calls(checkpoint):
     """Each torch call of the owner thread waits for the GIL again while episode threads run Python: a
     step's host data goes in one staging copy and a pass's new rows start in one call. Counted on 16
-    requests that go in in one pass (`tests/engines/host_calls.py`, deterministic): the engine with a copy
-    per field and a call per request and per row made 16.25 calls a decode step and 220 in the pass; with
-    one staging copy, 5.96 and 23; with a new layout of the rows and the first tokens inside the replayed
-    steps, 4 and 4."""
+    requests that go in in one pass (`tests/engines/host_calls.py`, deterministic): the engine before
+    this (a copy per field, a call per request and per row) made 16.25 calls a decode step and 220 in the
+    pass; now 5.96 and 23."""
     from tests.engines.host_calls import host_calls
 
     got = host_calls(checkpoint, episodes=16, workload="together")
     assert got["requests"] == 16 and got["prefill_passes"] == 1 and got["decode_steps"] == 24, got
-    assert 3 <= got["host_calls_per_decode_step"] <= 4.5, got  # at least the replay and the read-back: counted
-    assert 3 <= got["host_calls_per_prefill_pass"] <= 6, got  # the pass, the first tokens' step and read-back
+    assert 3 <= got["host_calls_per_decode_step"] <= 8, got  # at least the replay and the read-back: counted
+    assert 5 <= got["host_calls_per_prefill_pass"] <= 30, got
 
 
 def test_a_long_prompt_prefills_in_chunks_between_decode_steps(checkpoint):

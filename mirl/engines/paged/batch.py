@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,6 @@ class Staging:
         self.arrays = [h.numpy() for h in self.host]
         self.sent = [0] * len(self.host)  # the clock at each buffer's last copy
         self.i = 0
-        self._views: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def begin(self) -> np.ndarray:
         """The next host buffer to fill."""
@@ -89,10 +89,7 @@ class Staging:
     def send(self, n: int) -> torch.Tensor:
         """The first n values of the buffer filled since `begin`, on the device."""
         if self.cuda:
-            views = self._views.get((self.i, n))
-            if views is None:  # sizes are few (fixed per step shape): the slices are made once, not per copy
-                views = self._views[(self.i, n)] = (self.dev[:n], self.host[self.i][:n])
-            views[0].copy_(views[1], non_blocking=True)
+            self.dev[:n].copy_(self.host[self.i][:n], non_blocking=True)
         self.sent[self.i] = self.clock.tick()
         return self.dev
 
@@ -118,14 +115,14 @@ class Flight:
     """A launched decode step whose tokens (and their logprobs) are on their way back."""
 
     rows: list[Any]  # the engine's rows, in slot order
-    out: torch.Tensor  # [bucket, 2] float64: token id, logprob per slot (a pinned ring buffer on a GPU)
+    out: torch.Tensor  # [>= rows, 2] float64: token id, logprob per slot (a pinned ring buffer on a GPU)
     mark: int  # the clock when it was launched
     event: Any = None
 
     def result(self) -> tuple[list[int], list[float]]:
         if self.event is not None:
             self.event.synchronize()
-        pairs = self.out.tolist()[:len(self.rows)]  # the bucket's rows: one call, no slice of the tensor
+        pairs = self.out[:len(self.rows)].tolist()
         return [int(t) for t, _ in pairs], [lp for _, lp in pairs]
 
 
@@ -136,7 +133,7 @@ class DeviceBatch:
         self.pm, self.attn, self.kv, self.page, self.width = pm, attn, kv, page, width
         self.device = kv.device
         self.graphs, self.compiled = graphs, compiled
-        self.padded = graphs  # decode steps and first tokens padded to a bucket (what graphs replay); tests set it on a CPU
+        self.padded = graphs  # decode steps padded to a bucket (what graphs replay); tests set it on a CPU
         self.sample, self.token_hash = sample, token_hash
         self.max_rows, self.max_seqs = max_rows, max_seqs
         # the prefill pass: up to prefill_tokens tokens, padded to a power of two with graphs
@@ -157,14 +154,12 @@ class DeviceBatch:
         self.inv_temperature, self.top_p = self.fparams[0], self.fparams[1]
         self.out = torch.zeros(r + 1, 2, dtype=torch.float64, device=dev)  # a step's (token, logprob) per row
         self.out_host = [torch.zeros(r + 1, 2, dtype=torch.float64).pin_memory() for _ in range(RING)] if cuda else []
-        self.first_out = torch.zeros(r, 2, dtype=torch.float64, device=dev)  # new rows' first (token, logprob)
-        self._heads: dict[tuple[int, int], torch.Tensor] = {}  # t[:n] made once per (tensor, n)
         self.out_events = [torch.cuda.Event() for _ in range(RING)] if cuda else []
         self._out_i = 0
         self.attn_out = torch.zeros(r + 1, pm.heads, pm.dim, dtype=dt, device=dev)
         self.bucket = 0  # the rows laid out in the buffers, padded to this
         # a decode step's staging: the page-table entries rows move into (3 x bucket), then a new layout
-        self.s_stage = Staging(3 * r + 10 * r + r * width, dev, self.clock)
+        self.s_stage = Staging(3 * r + 9 * r + r * width, dev, self.clock)
         # prefill: per token (id, position, slot); per sequence (q_start, q_len, ctx) and page table, plus
         # an empty one (index max_seqs) for padding tiles; the tile table; the rows whose logits are wanted
         cap, s1 = self.prefill_cap, max_seqs + 1
@@ -190,20 +185,11 @@ class DeviceBatch:
     def bucket_for(self, rows: int) -> int:
         return next((b for b in BUCKETS if b >= rows), rows) if self.padded else max(rows, 1)
 
-    def head(self, t: torch.Tensor, n: int) -> torch.Tensor:
-        """`t[:n]`, made once: slicing is a torch call, and each costs the owner thread a wait for the GIL."""
-        v = self._heads.get((id(t), n))
-        if v is None:
-            v = self._heads[(id(t), n)] = t[:n]
-        return v
-
     def launch(self, rows: list[Any], nucleus: bool, grown: Sequence[tuple[int, int, int]],
                layout: Layout | None = None) -> Flight:
         """One decode step of `rows` (in slot order); its tokens come back in the returned Flight.
         `grown`: page-table entries (slot, column, page) for pages rows move into at this step; `layout`
-        when the rows changed, applied by the step itself (inside its graph). What the host sends crosses
-        in one copy (`Staging`); the host makes four torch calls: the copy, the replay, the read-back's copy
-        and its event."""
+        when the rows changed. What the host sends crosses in one copy (`Staging`)."""
         bucket = self.bucket_for(len(rows)) if layout is not None else self.bucket
         a = self.s_stage.begin()
         g = len(grown)
@@ -214,15 +200,15 @@ class DeviceBatch:
         n = 3 * bucket
         if layout is not None:
             n = self._stage_layout(a, n, bucket, layout)
-            self.bucket = bucket
-        self.s_stage.send(n)
-        relaid = layout is not None
-        self._run(("decode", bucket, nucleus, relaid), lambda: self._decode(bucket, nucleus, relaid))
+        f = self.s_stage.send(n)
+        if layout is not None:
+            self._layout(f, 3 * bucket, bucket, len(layout.keep), len(layout.new_tokens))
+        self._run(("decode", bucket, nucleus), lambda: self._decode(bucket, nucleus))
         mark = self.clock.tick()
         if self.device.type == "cuda":
             i = self._out_i = (self._out_i + 1) % RING
-            out, event = self.head(self.out_host[i], bucket), self.out_events[i]
-            out.copy_(self.head(self.out, bucket), non_blocking=True)
+            out, event = self.out_host[i], self.out_events[i]
+            out[:bucket].copy_(self.out[:bucket], non_blocking=True)
             event.record()
             return Flight(list(rows), out, mark, event)
         return Flight(list(rows), self.out[:bucket].clone(), mark)
@@ -236,12 +222,9 @@ class DeviceBatch:
     def _stage_layout(self, a: np.ndarray, o: int, bucket: int, lay: Layout) -> int:
         """Writes a layout into the staging buffer from offset o: per slot the old slot its token comes
         from, whether it is new (padding too: token 0), its new token, position, position + 1, steps, seed,
-        inverse temperature and top-p bits, and where its page table comes from (an old slot's row, a new
-        row's staged table, or the spare row's zeros); then the page tables of the new rows. Returns the
-        end, the new rows' tables rounded up to a power of two so that copies come in few sizes."""
+        inverse temperature and top-p bits; then the page tables of the new rows. Returns the end."""
         k, rows, b = len(lay.keep), len(lay.positions), bucket
-        new, spare = len(lay.new_tokens), self.spare
-        a[o:o + 10 * b] = 0
+        a[o:o + 9 * b] = 0
         a[o:o + k] = lay.keep  # new and padding slots read slot 0's token, which they do not use
         a[o + b + k:o + 2 * b] = 1
         a[o + 2 * b + k:o + 2 * b + rows] = lay.new_tokens
@@ -253,34 +236,31 @@ class DeviceBatch:
         fl = np.ones((2, b), dtype=np.float32)  # padding samples at T = 1 without top-p
         fl[0, :rows], fl[1, :rows] = lay.inv_temperature, lay.top_p
         a[o + 7 * b:o + 9 * b] = fl.view(np.int32).reshape(-1)
-        # table sources: rows of [the old tables (spare row included); the staged new tables]
-        a[o + 9 * b:o + 9 * b + k] = lay.keep
-        a[o + 9 * b + k:o + 9 * b + rows] = range(spare + 1, spare + 1 + new)
-        a[o + 9 * b + rows:o + 10 * b] = spare
-        o, w = o + 10 * b, self.width
-        a[o:o + new * w] = 0
+        o, w = o + 9 * b, self.width
+        a[o:o + len(lay.new_pages) * w] = 0
         for i, pages in enumerate(lay.new_pages):
             a[o + i * w:o + i * w + len(pages)] = pages
-        return o + min(b, 1 << max(0, new - 1).bit_length()) * w if new else o
+        return o + len(lay.new_pages) * w
 
-    def _layout(self, bucket: int) -> None:
-        """Lay the rows out again from the staged layout: slot i takes old slot keep[i]'s token and page
-        table, or a new row's; the same calls for any number of kept and new rows, so a graph replays it."""
-        b, w, f, o = bucket, self.width, self.s_stage.dev, 3 * bucket
+    def _layout(self, f: torch.Tensor, o: int, bucket: int, kept: int, new: int) -> None:
+        """Lay the rows out again from the staged layout (a handful of device calls)."""
+        b, w, rows = bucket, self.width, kept + new
         perm = f[o:o + b]
         tokens = torch.where(f[o + b:o + 2 * b].bool(), f[o + 2 * b:o + 3 * b], self.state[0, perm])
         self.state[0, :b] = tokens
         self.state[1:4, :b] = f[o + 3 * b:o + 6 * b].view(3, b)
         self.seeds[:b] = f[o + 6 * b:o + 7 * b]
         self.fparams[:, :b] = f[o + 7 * b:o + 9 * b].to(torch.int32).view(torch.float32).view(2, b)
-        staged = f[o + 10 * b:o + 10 * b + b * w].view(b, w).to(torch.int32)
-        self.table[:b] = torch.cat((self.table, staged))[f[o + 9 * b:o + 10 * b]]
+        table = self.table[perm]
+        table[kept:] = 0
+        if new:
+            table[kept:rows] = f[o + 9 * b:o + 9 * b + new * w].view(new, w)
+        self.table[:b] = table
+        self.bucket = bucket
 
-    def _decode(self, bucket: int, nucleus: bool, relaid: bool) -> None:
-        """Lay the rows out again when they changed, give rows entering a page that page, feed each row's
-        token, sample the next, and advance the rows' state in place."""
-        if relaid:
-            self._layout(bucket)
+    def _decode(self, bucket: int, nucleus: bool) -> None:
+        """Give rows entering a page that page, feed each row's token, sample the next, and advance the
+        rows' state in place."""
         p, f = self.page, self.s_stage.dev
         self.table.index_put_((f[:bucket], f[bucket:2 * bucket]), f[2 * bucket:3 * bucket].to(torch.int32))
         tokens, positions, ctx, steps = self.state[0, :bucket], self.state[1, :bucket], self.state[2, :bucket], \
@@ -312,41 +292,30 @@ class DeviceBatch:
 
     # --- first tokens ------------------------------------------------------------------------------
 
-    def first_tokens(self, which: Sequence[int], seeds: Sequence[int], inv_temperature: Sequence[float],
-                     top_p: Sequence[float], copy_from: Sequence[int], copy_to: Sequence[int]) -> tuple[list[int], list[float]]:
-        """New rows' first tokens, row i sampled from the last pass's logits row `which[i]` (its prompt's
-        last) with its own seed at step 0, and the KV of the rows' partial last pages copied slot by slot
-        (each row owns that page from now on). One staging copy, one step (a graph per bucket of rows on a
-        GPU: the rows and the slots to copy are padded, padding copies slot 0 onto itself) and one
-        read-back for every row that starts."""
+    def first_tokens(self, logits: torch.Tensor, which: Sequence[int], seeds: Sequence[int],
+                     inv_temperature: Sequence[float], top_p: Sequence[float], copy_from: Sequence[int],
+                     copy_to: Sequence[int]) -> tuple[list[int], list[float]]:
+        """New rows' first tokens, row i sampled from `logits[which[i]]` (its prompt's last logits) with
+        its own seed at step 0, and the KV of the rows' partial last pages copied slot by slot (each row
+        owns that page from now on): one staging copy and one read-back for every row that starts."""
         k, m = len(which), len(copy_from)
-        kb = self.bucket_for(k)
-        mb = kb * self.page if self.padded else m
         a = self.r_stage.begin()
-        a[:5 * kb + 2 * mb] = 0
-        a[:k], a[kb:kb + k] = which, seeds
-        a[3 * kb:4 * kb], a[4 * kb:5 * kb] = float_bits([1.0] * kb), float_bits([1.0] * kb)  # padding: T = 1
-        a[3 * kb:3 * kb + k], a[4 * kb:4 * kb + k] = float_bits(inv_temperature), float_bits(top_p)
-        a[5 * kb:5 * kb + m], a[5 * kb + mb:5 * kb + mb + m] = copy_from, copy_to
-        self.r_stage.send(5 * kb + 2 * mb)
-        nucleus = any(t < 1 for t in top_p)
-        self._run(("first", kb, nucleus), lambda: self._first(kb, mb, nucleus))
-        pairs = self.head(self.first_out, kb).tolist()[:k]
-        self.clock.synced = self.clock.enqueued
-        return [int(t) for t, _ in pairs], [x for _, x in pairs]
-
-    def _first(self, kb: int, mb: int, nucleus: bool) -> None:
-        f = self.r_stage.dev
+        a[:k], a[k:2 * k], a[2 * k:3 * k] = which, seeds, 0
+        a[3 * k:4 * k], a[4 * k:5 * k] = float_bits(inv_temperature), float_bits(top_p)
+        a[5 * k:5 * k + m], a[5 * k + m:5 * k + 2 * m] = copy_from, copy_to
+        f = self.r_stage.send(5 * k + 2 * m)
         per_slot = self.kv[:, 0].numel() * self.kv.element_size()
         chunk = max(1, (64 << 20) // per_slot)  # the gather's temporary stays under 64 MiB
-        for c in range(0, mb, chunk):
-            e = min(mb, c + chunk)
-            self.kv[:, f[5 * kb + mb + c:5 * kb + mb + e]] = self.kv[:, f[5 * kb + c:5 * kb + e]]
-        fl = f[3 * kb:5 * kb].to(torch.int32).view(torch.float32)
-        tok, lp = self.sample(self.p_logits[f[:kb]], f[kb:2 * kb], f[2 * kb:3 * kb], fl[:kb], fl[kb:],
-                              self.token_hash, nucleus)
-        self.first_out[:kb, 0].copy_(tok)
-        self.first_out[:kb, 1].copy_(lp)
+        for c in range(0, m, chunk):
+            e = min(m, c + chunk)
+            self.kv[:, f[5 * k + m + c:5 * k + m + e]] = self.kv[:, f[5 * k + c:5 * k + e]]
+        fl = f[3 * k:5 * k].to(torch.int32).view(torch.float32)
+        with COMPILE_LOCK if self.compiled else nullcontext():  # compiled, and may compile for a new k
+            tok, lp = self.sample(logits[f[:k]], f[k:2 * k], f[2 * k:3 * k], fl[:k], fl[k:], self.token_hash,
+                                  any(t < 1 for t in top_p))
+        pairs = torch.stack((tok.double(), lp.double()), 1).tolist()
+        self.clock.synced = self.clock.enqueued
+        return [int(t) for t, _ in pairs], [x for _, x in pairs]
 
     # --- prefill -----------------------------------------------------------------------------------
 
@@ -362,11 +331,10 @@ class DeviceBatch:
         return seq, table, tile, last, last + self.max_seqs
 
     def prefill(self, ids: list[int], positions: list[int], slots: list[int],
-                seqs: list[tuple[int, int, int, list[int]]], last: list[int]) -> None:
+                seqs: list[tuple[int, int, int, list[int]]], last: list[int]) -> torch.Tensor:
         """One pass over packed new tokens: sequence s owns tokens q_start..q_start+q_len of the pass,
-        the last of its ctx positions, in `pages`; the logits of the tokens at indices `last` are left in
-        `p_logits` (float32, on the device) for `first_tokens`. The host's part is one staging copy and the
-        pass."""
+        the last of its ctx positions, in `pages`; returns the logits [len(last), vocab] of the tokens at
+        indices `last` (float32, on the device). The host's part is one staging copy and the pass."""
         n, s = len(ids), len(seqs)
         assert n <= self.prefill_cap and s <= self.max_seqs, (n, s)
         size = max(2, n) if not self.graphs else max(PREFILL_BLOCK, 1 << (n - 1).bit_length())
@@ -386,6 +354,7 @@ class DeviceBatch:
         self.p_stage.send(end)
         self._host_seqs = host
         self._run(("prefill", size, tiles), lambda: self._prefill(size, tiles))
+        return self.p_logits[:len(last)]
 
     def _tiles(self, host, size: int, empty: int) -> int:
         """Programs of the prefill kernel: fixed per pass size with graphs (real tiles, then padding)."""
