@@ -179,8 +179,16 @@ def strip(wheel: Path, prefix: str) -> None:
     tmp.replace(wheel)
 
 
+def on_disk(n: int) -> int:
+    """A file's size as a device call counts it: whole 4 KiB blocks (a tree of 22.8 MiB in bytes, 25.8 in blocks,
+    with 40.3 MiB of wheels was refused as over 64 MiB on 2026-12-07)."""
+    return -(-n // 4096) * 4096
+
+
 def size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+    if not path.is_dir():
+        return on_disk(path.stat().st_size)
+    return sum(on_disk(f.stat().st_size) for f in path.rglob("*") if f.is_file())
 
 
 def split(wheels: list[Path], limit: int) -> list[list[Path]]:
@@ -217,7 +225,7 @@ def tree_size(repo: Path = REPO) -> int:
     out = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                          capture_output=True, check=True).stdout.decode()
     files = [repo / f for f in out.split("\0") if f]
-    total = sum(f.stat().st_size for f in files if f.is_file() and not f.is_symlink())
+    total = sum(on_disk(f.stat().st_size) for f in files if f.is_file() and not f.is_symlink())
     shared = repo / "shared"
     return total + (size(shared) if shared.is_dir() else 0)
 
