@@ -74,7 +74,7 @@ from mirl.tasks import Task
 
 log = logging.getLogger(__name__)
 _WARNED: set[str] = set()  # tasks warned about running unconfined
-_SWEPT: list[bool] = []  # the cgroup-v2 groups of dead runs swept, once a process
+_V2: list[bool] = []  # whether this process's sessions can run in cgroup-v2 groups (probed once)
 
 SESSION_VAR = "MIRL_SESSION"
 PIDS_LIMIT = 1024
@@ -669,10 +669,29 @@ def session_cgroup(name: str) -> PidsCgroup | SessionCgroup | None:
     group = PidsCgroup.create(name, PIDS_LIMIT)
     if group is not None:
         return group
-    if not _SWEPT:
-        _SWEPT.append(True)
+    if not _V2:
         SessionCgroup.sweep_stale()
-    return SessionCgroup.create(name)
+        _V2.append(_v2_joinable())
+    return SessionCgroup.create(name) if _V2[0] else None
+
+
+def _v2_joinable() -> bool:
+    """Whether a runner can join a cgroup-v2 group made here (a delegation or cgroup namespace can forbid it,
+    and a runner that cannot join fails to start): one probe process, once per process."""
+    probe = SessionCgroup.create("mirl-probe")
+    if probe is None:
+        return False
+    try:
+        done = subprocess.run(prelude_argv([join_step(probe)], ["true"]), capture_output=True, timeout=30)
+        if done.returncode != 0:
+            log.info("local sandbox: sessions cannot join a cgroup-v2 group here (%s); close scans /proc instead",
+                     done.stderr.decode(errors="replace").strip()[:200])
+        return done.returncode == 0
+    except (OSError, subprocess.SubprocessError) as e:
+        log.info("local sandbox: the cgroup-v2 probe failed (%s); close scans /proc instead", e)
+        return False
+    finally:
+        probe.remove()
 
 
 class LocalSandbox:

@@ -9,7 +9,7 @@ stays free) and the child does the same steps before it execs ARGV, in the order
 fails writes `mirl-prelude: WHAT: ERROR` to stderr and exits 126 without running ARGV.
 
 `SPEC` is `marshal`-ed steps in hex (the prelude imports only built-ins and ctypes: ~15 ms a start):
-- ("join", path): write this process into a cgroup-v1 group (`path` is its `cgroup.procs`)
+- ("join", path): write this process into a cgroup (`path` is its `cgroup.procs`; v1 or v2)
 - ("setns", fd): join the mount namespace `fd` (inherited: pass it in `pass_fds`)
 - ("unshare",): a private mount namespace, propagation private from `/` down
 - ("mount", source, target, fstype, flags, data, what): mount(2); `what` names it in the error
@@ -87,5 +87,5 @@ def prelude_argv(steps: list[tuple], argv: list[str]) -> list[str]:
 
 
 def join_step(cgroup) -> tuple:
-    """The step that moves the process into `cgroup` (a `PidsCgroup` or `MemoryCgroup`)."""
+    """The step that moves the process into `cgroup` (a `PidsCgroup`, `MemoryCgroup` or `SessionCgroup`)."""
     return ("join", str(cgroup.path / "cgroup.procs"))

@@ -512,6 +512,7 @@ def test_on_cgroup_v2_alone_a_session_is_killed_through_its_group_without_a_scan
     token = f"MIRL_DAEMON_{uuid.uuid4().hex}=1"
     with cgroup2_hierarchy(tmp_path / "cg2") as root:
         create = local_backend.SessionCgroup.create.__func__
+        monkeypatch.setattr(local_backend, "_V2", [])  # probed afresh, on this hierarchy
         monkeypatch.setattr(local_backend.PidsCgroup, "create", classmethod(lambda cls, name, limit: None))
         monkeypatch.setattr(local_backend.SessionCgroup, "create",
                             classmethod(lambda cls, name, mount=None: create(cls, name, mount=root)))
@@ -525,3 +526,27 @@ def test_on_cgroup_v2_alone_a_session_is_killed_through_its_group_without_a_scan
         session.close()
         assert scans == [] and not path.exists()
         assert wait_until_gone(token) == []
+
+
+def test_where_a_runner_cannot_join_a_v2_group_sessions_run_without_one(sandbox, monkeypatch, tmp_path):
+    """A v2 group this process can make but a runner cannot join (a delegation or cgroup namespace can forbid
+    the move) would fail every session's start: the one probe finds it, and sessions close by the scan."""
+    from sandbox_helpers import cgroup2_hierarchy
+
+    if os.geteuid() != 0:
+        pytest.skip("cgroups are written by root")
+    with cgroup2_hierarchy(tmp_path / "cg2") as root:
+        create = local_backend.SessionCgroup.create.__func__
+
+        def unjoinable(cls, name, mount=None):
+            group = create(cls, name, mount=root)
+            if group is not None:  # its cgroup.procs refuses writes, as a group outside the delegation would
+                group.path = group.path.parent / "no-such-group"
+            return group
+
+        monkeypatch.setattr(local_backend, "_V2", [])
+        monkeypatch.setattr(local_backend.PidsCgroup, "create", classmethod(lambda cls, name, limit: None))
+        monkeypatch.setattr(local_backend.SessionCgroup, "create", classmethod(unjoinable))
+        with sandbox.start(data_task("contract-basic")) as session:
+            assert session.cgroup is None and local_backend._V2 == [False]
+            assert session.run("echo hi").output == "hi\n"
