@@ -11,7 +11,7 @@
 set -u
 rounds=$1; shift
 W=${E2E_WORK:-$HOME/e2e}
-OUT=${OUT:-.}
+OUT=$(mkdir -p "${OUT:-.}" && cd "${OUT:-.}" && pwd)  # absolute: the runs cd into each kit's tree
 prep() { rm -rf "$W" && mkdir -p "$W" && tar xJf docs/small_scale/data/runs.tar.xz -C "$W" && rm -rf "$W/runs/small/misbehavior_rate"; }
 for spec in "$@"; do
   name=${spec%%=*}; tgz=${spec#*=}
@@ -29,13 +29,14 @@ for ((r = 1; r <= rounds; r++)); do
            -o "$OUT/spy_$name.txt" --)
     fi
     prep
-    (cd "$root" && timeout 240 "${spy[@]}" python3 benchmarks/gpu/e2e_bench.py --work "$W" --train-steps 0 \
+    (cd "$root" && timeout -k 10 240 "${spy[@]}" python3 benchmarks/gpu/e2e_bench.py --work "$W" --train-steps 0 \
       --rate-repeats 2 > "$OUT/e2e_${name}_$r.log" 2>&1)
     echo "$name round $r: rc=$?"
     mv "$root/e2e.json" "$OUT/e2e_${name}_$r.json" 2>/dev/null || mv "$OUT/e2e.json" "$OUT/e2e_${name}_$r.json" 2>/dev/null
   done
 done
-for f in "$OUT"/e2e_*_*.json; do
+for spec in "$@"; do for ((r = 1; r <= rounds; r++)); do
+  f=$OUT/e2e_${spec%%=*}_$r.json; [ -f "$f" ] || continue
   python3 - "$f" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -47,4 +48,4 @@ for k in ("misbehavior_rate", "misbehavior_rate_2"):
           round(e.get("row_steps", 0) / s, 1), round(1e3 * e.get("decode_s", 0) / s, 2), e.get("prefill_s"),
           e.get("prefill_passes"), m.get("rate"))
 PY
-done
+done; done

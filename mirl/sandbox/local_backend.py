@@ -75,6 +75,7 @@ from mirl.tasks import Task
 log = logging.getLogger(__name__)
 _WARNED: set[str] = set()  # tasks warned about running unconfined
 _V2: list[bool] = []  # whether this process's sessions can run in cgroup-v2 groups (probed once)
+_V2_LOCK = threading.Lock()  # sessions start together: one probe, which the others wait for
 
 SESSION_VAR = "MIRL_SESSION"
 PIDS_LIMIT = 1024
@@ -646,10 +647,12 @@ class LocalSession:
             # engine's thread needs. A command that writes itself out of the group (sessions run as root
             # on the host: unconfined by design) escapes that; the scan by marker stays where there is no group
             # or it would not go.
-            removed = self.cgroup is not None and self.cgroup.remove()
-            self.cgroup = None
+            group, self.cgroup = self.cgroup, None
+            removed = group is not None and group.remove()
             if not removed:
                 kill_tree([marker_token(SESSION_VAR, self.id)], self.sids, since=self.since)
+                if group is not None:  # what held it may be gone now
+                    group.remove(wait_s=0.5)
             if self.namespace is not None:
                 os.close(self.namespace)
                 self.namespace = None
@@ -670,15 +673,17 @@ def session_cgroup(name: str) -> PidsCgroup | SessionCgroup | None:
     if group is not None:
         return group
     if not _V2:
-        SessionCgroup.sweep_stale()
-        _V2.append(_v2_joinable())
+        with _V2_LOCK:
+            if not _V2:
+                SessionCgroup.sweep_stale()
+                _V2.append(_v2_joinable())
     return SessionCgroup.create(name) if _V2[0] else None
 
 
 def _v2_joinable() -> bool:
     """Whether a runner can join a cgroup-v2 group made here (a delegation or cgroup namespace can forbid it,
     and a runner that cannot join fails to start): one probe process, once per process."""
-    probe = SessionCgroup.create("mirl-probe")
+    probe = SessionCgroup.create(f"mirl-probe-{uuid.uuid4().hex[:8]}")
     if probe is None:
         return False
     try:

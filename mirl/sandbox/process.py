@@ -444,13 +444,21 @@ class SessionCgroup:
 
     @classmethod
     def sweep_stale(cls, prefix: str = "mirl-", mount: Path | None = None) -> int:
-        """Remove the groups (and kill the processes) whose owning process is gone; how many."""
-        base = cls.base(mount)
-        try:
-            entries = [p for p in base.iterdir() if p.name.startswith(prefix) and "_" in p.name] if base else []
-        except OSError:
+        """Remove the groups (and kill the processes) whose owning process is gone; how many. Under this
+        process's group and its siblings': a run's next process often gets a group of its own beside the
+        last one's (a job runner's per-call groups), and the names carry their owners."""
+        base = cls.base(mount) if os.geteuid() == 0 else None
+        if base is None:
             return 0
-        stale = [p for p in entries if p.is_dir() and owner_gone(p.name.rsplit("_", 1)[1])]
+        entries = []
+        for parent in {base, base.parent}:
+            try:
+                homes = [parent] if parent == base else [d for d in parent.iterdir() if d.is_dir()]
+                for home in homes:
+                    entries += [p for p in home.iterdir() if p.name.startswith(prefix) and "_" in p.name]
+            except OSError:
+                continue
+        stale = [p for p in set(entries) if p.is_dir() and owner_gone(p.name.rsplit("_", 1)[1])]
         for path in stale:
             log.info("removing the cgroup %s of a run that ended without cleaning up", path.name)
             cls(path).remove()
@@ -463,7 +471,8 @@ class SessionCgroup:
             return []
 
     def remove(self, wait_s: float = 2.0) -> bool:
-        """Kill every member at once and remove the group when it is empty; whether it was (within `wait_s`)."""
+        """Kill every member at once (those of groups a command made inside it too) and remove the group and
+        any such groups, deepest first, once empty; whether it went (within `wait_s`)."""
         end = time.monotonic() + wait_s
         try:
             (self.path / "cgroup.kill").write_text("1")
@@ -473,12 +482,15 @@ class SessionCgroup:
             log.warning("could not kill the processes of cgroup %s: %s", self.path, e)
         while True:
             try:
-                self.path.rmdir()
+                for below, _, _ in sorted(os.walk(self.path), key=lambda w: -len(w[0])):  # deepest first
+                    os.rmdir(below)
                 return True
             except FileNotFoundError:
-                return True
+                if not self.path.exists():
+                    return True
             except OSError:  # busy until the killed processes have exited
-                if time.monotonic() > end:
-                    log.warning("could not remove cgroup %s", self.path)
-                    return False
-                time.sleep(0.002)
+                pass
+            if time.monotonic() > end:
+                log.warning("could not remove cgroup %s", self.path)
+                return False
+            time.sleep(0.002)

@@ -81,23 +81,33 @@ def flood_in_fresh_process(backend: str, command: str, output_limit: int, use_pi
 
 @contextlib.contextmanager
 def cgroup2_hierarchy(root: Path):
-    """The cgroup-v2 hierarchy mounted at `root` for the test (root only; hosts on cgroup v1 have it too,
-    with no controller), and unmounted after, its test groups removed first."""
+    """The cgroup-v2 hierarchy at `root` for the test, unmounted after with the test's groups removed. Where
+    the host has it mounted already it is bound here (a fresh mount would set the one hierarchy's options,
+    e.g. drop a systemd host's `nsdelegate`); on a cgroup-v1 host it is mounted, with no controller. Skips
+    where it cannot be had: not root, a container that may not mount, or a kernel without `cgroup.kill`
+    (before 5.14)."""
+    import pytest
+
+    from mirl.sandbox.process import SessionCgroup, cgroup2_mount
+
+    if os.geteuid() != 0:
+        pytest.skip("cgroups are written by root")
     root.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "cgroup2", "none", str(root)], check=True, capture_output=True)
+    host = cgroup2_mount()
+    cmd = ["mount", "--bind", str(host), str(root)] if host else ["mount", "-t", "cgroup2", "none", str(root)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"no cgroup-v2 hierarchy to test on: {' '.join(cmd)}: {done.stderr.strip()[:200]}")
     try:
+        trial = SessionCgroup.create("mirl-trial", mount=root)
+        if trial is None:
+            pytest.skip("this kernel's cgroup v2 has no cgroup.kill (Linux < 5.14)")
+        trial.remove()
         yield root
     finally:
-        for group in root.iterdir():
-            if group.is_dir() and group.name.startswith("mirl-"):
-                try:
-                    (group / "cgroup.kill").write_text("1")
-                except OSError:
-                    pass
-                for _ in range(200):
-                    try:
-                        group.rmdir()
-                        break
-                    except OSError:
-                        time.sleep(0.01)
+        base = SessionCgroup.base(root)
+        for home in {root, base} - {None}:
+            for group in home.iterdir():
+                if group.is_dir() and group.name.startswith("mirl-"):
+                    SessionCgroup(group).remove()
         subprocess.run(["umount", str(root)], check=False, capture_output=True)
