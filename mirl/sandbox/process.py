@@ -295,13 +295,34 @@ PIDS_ROOT = Path("/sys/fs/cgroup/pids")
 MEMORY_ROOT = Path("/sys/fs/cgroup/memory")
 
 
-class PidsCgroup:
-    """A cgroup-v1 `pids` group capping how many processes a session may have; None if unavailable."""
-
-    ROOT, LIMIT_FILE, WHAT = PIDS_ROOT, "pids.max", "fork bombs are bounded by the timeout only"
+class _Group:
+    """A cgroup directory: its members, and the removal of groups whose owning run is gone."""
 
     def __init__(self, path: Path):
         self.path = path
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    def remove(self, wait_s: float = 2.0) -> bool:
+        raise NotImplementedError
+
+    @classmethod
+    def _remove_stale(cls, entries: Iterable[Path], what: str) -> int:
+        stale = [p for p in set(entries) if p.is_dir() and owner_gone(p.name.rsplit("_", 1)[1])]
+        for path in stale:
+            log.info("removing the %s %s of a run that ended without cleaning up", what, path.name)
+            cls(path).remove()
+        return len(stale)
+
+
+class PidsCgroup(_Group):
+    """A cgroup-v1 `pids` group capping how many processes a session may have; None if unavailable."""
+
+    ROOT, LIMIT_FILE, WHAT = PIDS_ROOT, "pids.max", "fork bombs are bounded by the timeout only"
 
     @classmethod
     def create(cls, name: str, limit: int) -> PidsCgroup | None:
@@ -333,17 +354,7 @@ class PidsCgroup:
             entries = [p for p in cls.ROOT.iterdir() if p.name.startswith(prefix) and "_" in p.name]
         except OSError:
             return 0
-        stale = [p for p in entries if owner_gone(p.name.rsplit("_", 1)[1])]
-        for path in stale:
-            log.info("removing the pids cgroup %s of a run that ended without cleaning up", path.name)
-            cls(path).remove()
-        return len(stale)
-
-    def pids(self) -> list[int]:
-        try:
-            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
-        except OSError:
-            return []
+        return cls._remove_stale(entries, f"{cls.ROOT.name} cgroup")
 
     def remove(self, wait_s: float = 2.0) -> bool:
         """SIGKILL every member until the group can be removed; whether it was (within `wait_s`)."""
@@ -402,7 +413,7 @@ def own_cgroup2(cgroup: str = "/proc/self/cgroup") -> str | None:
     return next((line[3:] for line in lines if line.startswith("0::")), None)
 
 
-class SessionCgroup:
+class SessionCgroup(_Group):
     """A cgroup-v2 group under this process's own, with no controller: it bounds nothing, but it holds
     every process of a session (its runner joins it first, children follow), so closing the session kills
     them all in one write to `cgroup.kill` (Linux 5.14+), without a scan of /proc. For hosts on cgroup v2
@@ -410,9 +421,6 @@ class SessionCgroup:
     at close were the largest share of the GIL the episode threads held, beside an engine that needs it).
     A group needs no controller, so the v2 rule against processes in a group with enabled children does not
     apply to this process's own group."""
-
-    def __init__(self, path: Path):
-        self.path = path
 
     @staticmethod
     def base(mount: Path | None = None) -> Path | None:
@@ -458,17 +466,7 @@ class SessionCgroup:
                     entries += [p for p in home.iterdir() if p.name.startswith(prefix) and "_" in p.name]
             except OSError:
                 continue
-        stale = [p for p in set(entries) if p.is_dir() and owner_gone(p.name.rsplit("_", 1)[1])]
-        for path in stale:
-            log.info("removing the cgroup %s of a run that ended without cleaning up", path.name)
-            cls(path).remove()
-        return len(stale)
-
-    def pids(self) -> list[int]:
-        try:
-            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
-        except OSError:
-            return []
+        return cls._remove_stale(entries, "cgroup")
 
     def remove(self, wait_s: float = 2.0) -> bool:
         """Kill every member at once (those of groups a command made inside it too) and remove the group and
