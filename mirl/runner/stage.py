@@ -89,6 +89,11 @@ class Stage:
     def run_item(self, payload: Any) -> dict[str, Any]:
         raise NotImplementedError
 
+    def warm_up(self) -> None:
+        """Runs once in the runner's thread before items run side by side: what every item would
+        otherwise make for itself at its start, under a lock, while dozens of items wait (e.g. an import
+        that takes seconds while the threads beside it compete for the GIL)."""
+
     def redo(self, record: dict[str, Any]) -> bool:
         """True for a stored record whose item should run again (e.g. an infrastructure error)."""
         return False
@@ -312,6 +317,8 @@ def _loop(stage: Stage, pending: list[Item], show: bool) -> tuple[str | None, in
     from mirl.llm.ledger import open_ledger
 
     ledger = open_ledger(stage.run.root)
+    if not stage.ray_address:  # on Ray each worker process builds its own
+        stage.warm_up()
     executor = make_executor(stage.workers, stage.ray_address)
     width = executor.width
     queue = list(reversed(pending))

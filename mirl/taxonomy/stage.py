@@ -91,6 +91,9 @@ class TaxonomyStage(Stage):
 
         return profiled_environments(self.run)
 
+    def warm_up(self) -> None:
+        self.client()
+
     def client(self):
         with self._lock:
             if self._client is None:

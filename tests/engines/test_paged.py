@@ -320,6 +320,18 @@ def test_stop_ids_and_max_tokens_per_request(engine):
     assert short.ids == greedy.ids[:3]
 
 
+def test_a_prefill_pass_s_time_is_split_into_its_parts(checkpoint):
+    """What e2e_bench reads to say where a pass goes: building, launching, first tokens; each counted."""
+    e = make(checkpoint)
+    e.generate_tokens(e.prompt_ids(TASK), [0, 1], max_tokens=3, temperature=0.0)
+    s = e.stats
+    parts = s["prefill_build_s"] + s["prefill_launch_s"] + s["first_tokens_s"]
+    assert s["prefill_build_s"] > 0 and s["prefill_launch_s"] > 0 and s["first_tokens_s"] > 0
+    assert parts <= s["prefill_s"]
+    assert s["gpu_decode_s"] == s["gpu_prefill_s"] == 0  # no CUDA events off a GPU
+    e.close()
+
+
 def test_a_prompt_past_the_context_names_both_lengths(checkpoint):
     e = make(checkpoint, max_model_len=64)
     with pytest.raises(ContextLengthError, match=r"prompt of 60 tokens \+ max_tokens 10 exceeds the context .* 64"):

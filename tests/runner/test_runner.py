@@ -80,6 +80,19 @@ def test_runs_every_item_once_then_skips_them(tmp_path):
     assert json.loads((tmp_path / "squares" / "summary.json").read_text())["skipped"] == 6
 
 
+def test_a_stage_warms_up_once_in_the_runners_thread_before_its_items_and_not_when_nothing_runs(tmp_path):
+    events = []
+
+    class Warmed(Squares):
+        def warm_up(self):
+            events.append(("warm", threading.current_thread() is threading.main_thread(), len(self.ran)))
+
+    run_stage(Warmed(tmp_path), progress=False)
+    assert events == [("warm", True, 0)]
+    run_stage(Warmed(tmp_path), progress=False)  # every item stored: nothing to warm up for
+    assert events == [("warm", True, 0)]
+
+
 def test_lost_items_and_redo_records_run_again_without_duplicates(tmp_path):
     first = Squares(tmp_path, fail={1, 4}, bad={2})
     s = run_stage(first, progress=False)

@@ -129,7 +129,7 @@ class Flight:
 class DeviceBatch:
     def __init__(self, pm: PagedModel, attn: Attention, kv: torch.Tensor, *, max_rows: int, width: int, page: int,
                  prefill_tokens: int, max_seqs: int, graphs: bool, sample: Callable, token_hash: torch.Tensor,
-                 compiled: bool = False):
+                 compiled: bool = False, gpu_timing: bool = False):
         self.pm, self.attn, self.kv, self.page, self.width = pm, attn, kv, page, width
         self.device = kv.device
         self.graphs, self.compiled = graphs, compiled
@@ -179,6 +179,11 @@ class DeviceBatch:
         self._eager: set[tuple] = set()  # keys whose capture failed
         self._scratch: dict[int, Any] = {}
         self.captured = self.failed_captures = 0
+        # GPU seconds of decode steps and prefill passes, from CUDA events read at the next read-back
+        # (`gpu_timing`, for benchmarks: the events are two torch calls more a pass)
+        self.gpu_timing = gpu_timing and cuda
+        self.gpu_s = {"decode": 0.0, "prefill": 0.0}
+        self._timed: list[tuple[str, Any, Any]] = []
 
     # --- decode ------------------------------------------------------------------------------------
 
@@ -203,7 +208,7 @@ class DeviceBatch:
         f = self.s_stage.send(n)
         if layout is not None:
             self._layout(f, 3 * bucket, bucket, len(layout.keep), len(layout.new_tokens))
-        self._run(("decode", bucket, nucleus), lambda: self._decode(bucket, nucleus))
+        self._timed_run("decode", ("decode", bucket, nucleus), lambda: self._decode(bucket, nucleus))
         mark = self.clock.tick()
         if self.device.type == "cuda":
             i = self._out_i = (self._out_i + 1) % RING
@@ -217,6 +222,7 @@ class DeviceBatch:
         """A launched step's tokens and logprobs, waited for."""
         result = flight.result()
         self.clock.synced = max(self.clock.synced, flight.mark)
+        self._read_timings()
         return result
 
     def _stage_layout(self, a: np.ndarray, o: int, bucket: int, lay: Layout) -> int:
@@ -315,6 +321,7 @@ class DeviceBatch:
                                   any(t < 1 for t in top_p))
         pairs = torch.stack((tok.double(), lp.double()), 1).tolist()
         self.clock.synced = self.clock.enqueued
+        self._read_timings()
         return [int(t) for t, _ in pairs], [x for _, x in pairs]
 
     # --- prefill -----------------------------------------------------------------------------------
@@ -353,7 +360,7 @@ class DeviceBatch:
         a[lst:lst + len(last)] = last
         self.p_stage.send(end)
         self._host_seqs = host
-        self._run(("prefill", size, tiles), lambda: self._prefill(size, tiles))
+        self._timed_run("prefill", ("prefill", size, tiles), lambda: self._prefill(size, tiles))
         return self.p_logits[:len(last)]
 
     def _tiles(self, host, size: int, empty: int) -> int:
@@ -379,6 +386,22 @@ class DeviceBatch:
         self.p_logits.copy_(self.pm.logits(hidden[self.p_last]).float())
 
     # --- graphs ------------------------------------------------------------------------------------
+
+    def _timed_run(self, what: str, key: tuple, step: Callable[[], None]) -> None:
+        if not self.gpu_timing:
+            self._run(key, step)
+            return
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self._run(key, step)
+        end.record()
+        self._timed.append((what, start, end))
+
+    def _read_timings(self) -> None:
+        """Add the GPU time of every timed step or pass that has run (called after a read-back)."""
+        while self._timed and self._timed[0][2].query():
+            what, start, end = self._timed.pop(0)
+            self.gpu_s[what] += start.elapsed_time(end) / 1e3
 
     def _run(self, key: tuple, step: Callable[[], None]) -> None:
         """Run `step`, replaying its CUDA graph when there is one (captured on its first run: that run

@@ -136,6 +136,8 @@ class PagedEngine:
     once; `prefill_tokens`: prompt tokens per step; `graphs`, `compiled`: CUDA graphs and
     torch.compile (default: on a GPU); `attention`: "triton" (default on a GPU) or "torch"."""
 
+    gpu_timing = False  # set before the first request (benchmarks): GPU seconds of steps and passes in `stats`
+
     def __init__(self, source: str | Path, device: str | None = None, dtype: str | None = None, *,
                  max_rows: int = 256, page_size: int = 16, kv_memory: float = 0.3, kv_tokens: int | None = None,
                  prefill_tokens: int | None = None, max_model_len: int | None = None, graphs: bool | None = None,
@@ -181,7 +183,11 @@ class PagedEngine:
         self.load_seconds = time.perf_counter() - t0
         self.stats = {"decode_s": 0.0, "prefill_s": 0.0, "host_s": 0.0, "weights_s": 0.0, "steps": 0,
                       "row_steps": 0, "prefill_tokens": 0, "cached_tokens": 0, "prefill_passes": 0,
-                      "graphs_captured": 0, "failed_captures": 0, "max_rows_seen": 0, "max_pages_used": 0, "requests": 0}
+                      "graphs_captured": 0, "failed_captures": 0, "max_rows_seen": 0, "max_pages_used": 0, "requests": 0,
+                      # where a prefill pass's time goes: building its inputs, launching it, the first tokens
+                      # (their sampling and the read-back that waits for the GPU)
+                      "prefill_build_s": 0.0, "prefill_launch_s": 0.0, "first_tokens_s": 0.0,
+                      "gpu_decode_s": 0.0, "gpu_prefill_s": 0.0}
 
     # --- public ----------------------------------------------------------------------------------
 
@@ -426,7 +432,7 @@ class PagedEngine:
         self.batch = DeviceBatch(self.pm, self.attn, self.kv, max_rows=self.max_rows, width=self.width,
                                  page=self.page_size, prefill_tokens=self.prefill_tokens, max_seqs=self.max_seqs,
                                  graphs=self.graphs, sample=self._sample, token_hash=self.token_hash,
-                                 compiled=self.compiled)
+                                 compiled=self.compiled, gpu_timing=self.gpu_timing)
         log.info("paged engine %s: %d KV pages of %d tokens (%.1f GB, %d sequences of 4k)", self.name, pages,
                  self.page_size, self.kv.numel() * self.kv.element_size() / 1e9, pages * self.page_size // 4096)
 
@@ -490,7 +496,10 @@ class PagedEngine:
             reqs.append(req)
             budget -= end - start
         done = [(req, q0 + qn - 1) for req, (q0, qn, end, _) in zip(reqs, seqs) if end == len(req.prompt)]
+        t1 = time.perf_counter()
         logits = self.batch.prefill(ids, positions, slots, seqs, [last for _, last in done])
+        self.stats["prefill_build_s"] += t1 - t0
+        self.stats["prefill_launch_s"] += time.perf_counter() - t1
         for req, (_, _, end, _) in zip(reqs, seqs):
             self._register_prompt(req, end)
             req.computed = end
@@ -533,7 +542,10 @@ class PagedEngine:
                 inv_t.append(req.inv_temperature)
                 top_p.append(req.top_p)
                 starts.append((req, seed, pages))
+        t0 = time.perf_counter()
         toks, lps = self.batch.first_tokens(logits, which, seeds, inv_t, top_p, copy_from, copy_to)
+        self.stats["first_tokens_s"] += time.perf_counter() - t0
+        self._gpu_stats()
         for (req, seed, pages), t, logprob in zip(starts, toks, lps):
             n = len(req.prompt)
             row = Row(req=req, seed=seed, tokens=list(req.prompt), pages=pages, n=n, written=n, parent=req.parent,
@@ -641,8 +653,13 @@ class PagedEngine:
                 keep.append((after, pages))
         self._deferred = keep
         self.stats["max_pages_used"] = max(self.stats["max_pages_used"], self.pool.in_use)
+        self._gpu_stats()
         self.stats["decode_s"] += t1 - t0
         self.stats["host_s"] += time.perf_counter() - t1
+
+    def _gpu_stats(self) -> None:
+        g = self.batch.gpu_s
+        self.stats["gpu_decode_s"], self.stats["gpu_prefill_s"] = g["decode"], g["prefill"]
 
     def _drain(self) -> None:
         while self._inflight:
