@@ -1,4 +1,4 @@
-"""python3 benchmarks/gpu/engine_bench.py [--sections checks,attention,group,agents,contention,nano,handoff] [--quick]
+"""python3 benchmarks/gpu/engine_bench.py [--sections checks,attention,precision,group,agents,contention,nano,handoff] [--quick]
        [--shapes smollm2-135m,qwen3-1.7b] [--busy 0,8] [--intervals 0.005,0.0005]
 
 The continuous-batching engine (`mirl.engines.paged.PagedEngine`) on one GPU, randomly initialised
@@ -9,6 +9,9 @@ models of published shapes (`shapes.py`) in bf16 with a word-level tokenizer. Se
   contract's 1e-4; bf16 engine: the difference measured); a row alone equals itself in a busy batch.
 - attention: one decode step's attention, Triton paged kernel vs gathering the pages and SDPA over
   padded rows (the alternative), 64 rows x ~1,500 positions; achieved KV bandwidth.
+- precision: float32 attention at the rate stage's shapes (SmolLM2, 8-64 rows of ~1,700-token contexts; a
+  prefill pass of a few new tokens padded as the engine pads it), the kernels' dots in IEEE precision
+  against three TF32 products (what float32 runs on a GPU): time and the error against the reference.
 - group: N rows from one prompt in one call (the old group decoder's workload: 16 x 512 from 4,096).
 - agents: N concurrent episodes (threads), each its own 500-2,000-token prompt, 4 turns of 128
   sampled tokens with a 100-400-token observation appended between turns; against one group call of
@@ -33,6 +36,7 @@ import tempfile
 import threading
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -259,6 +263,70 @@ def section_attention(ceil: dict) -> list[dict]:
             rows.append(attention_case(name, kvh, heads, d, batch, mean_ctx, ceil))
             print(rows[-1], flush=True)
             torch.cuda.empty_cache()
+    return rows
+
+
+def section_precision() -> list[dict]:
+    """Float32 attention as the rate stage runs it (SmolLM2 shape, ~1,700-token contexts): the kernels'
+    dots in IEEE precision (CUDA cores) against three TF32 products (tensor cores), time and error
+    against the float32 reference."""
+    from triton.testing import do_bench
+
+    from mirl.engines.paged import kernels
+    from mirl.engines.paged.attention import prefill_tiles, reference
+
+    page, kvh, heads, d = 16, 3, 9, 64
+    rng = random.Random(0)
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for batch in (8, 43, 64):
+        ctx = [int(rng.uniform(1200, 2200)) for _ in range(batch)]
+        width = max(-(-c // page) for c in ctx)
+        pages = sum(-(-c // page) for c in ctx) + 1
+        kv = torch.randn(pages * page, 2, kvh, d, generator=g).to("cuda")
+        perm = torch.randperm(pages - 1, generator=g) + 1
+        table = torch.zeros(batch, width, dtype=torch.int32)
+        at = 0
+        for b, c in enumerate(ctx):
+            n = -(-c // page)
+            table[b, :n] = perm[at:at + n]
+            at += n
+        table = table.cuda()
+        q = torch.randn(batch, heads, d, generator=g).to("cuda")
+        ctx_t = torch.tensor(ctx, device="cuda")
+        ref = reference(q, kv, table, [(b, 1, c) for b, c in enumerate(ctx)], page, d ** -0.5)
+        splits = kernels.decode_splits(batch, kvh, max(ctx), torch.cuda.get_device_properties(0).multi_processor_count)
+        scratch = kernels.DecodeScratch(batch, heads, d, splits, "cuda") if splits > 1 else None
+        out = torch.empty_like(q)
+        row = {"kernel": "decode", "rows": batch, "splits": splits}
+        for prec in ("ieee", "tf32x3"):
+            step = partial(kernels.decode_attention, q, kv, table, ctx_t, page, d ** -0.5, out, scratch, prec=prec)
+            row[f"{prec}_us"] = round(do_bench(step, warmup=20, rep=200, return_mode="median") * 1e3, 1)
+            step()
+            row[f"{prec}_max_abs_diff"] = float((out - ref).abs().max())
+        # a pass as the engine pads it: 2-4 sequences of a few new tokens each, 64 query rows, 64 + 1 spare tiles
+        seqs = [(int(rng.uniform(4, 16)), ctx[i]) for i in range(min(4, batch))]  # <= 64 new tokens
+        host, at = [], 0
+        for ql, c in seqs:
+            host.append((at, ql, c))
+            at += ql
+        qp = torch.randn(64, heads, d, generator=g).to("cuda")
+        ts, tm = prefill_tiles(host, 64, "cuda")
+        pad = 64 // 64 + 64 + 1 - ts.shape[0]
+        ts = torch.cat([ts, torch.full((pad,), len(host), dtype=ts.dtype, device="cuda")])
+        tm = torch.cat([tm, torch.zeros(pad, dtype=tm.dtype, device="cuda")])
+        col = [torch.tensor([h[i] for h in host] + [0], dtype=torch.int32, device="cuda") for i in range(3)]
+        pref = reference(qp[:at], kv, table[:len(host)], host, page, d ** -0.5)
+        prow = {"kernel": "prefill", "sequences": len(host), "new_tokens": at, "tiles": int(ts.shape[0])}
+        for prec in ("ieee", "tf32x3"):
+            run = partial(kernels.prefill_attention, qp, kv, table[:len(host) + 1], *col, ts, tm, page, d ** -0.5,
+                          prec=prec)
+            prow[f"{prec}_us"] = round(do_bench(run, warmup=20, rep=200, return_mode="median") * 1e3, 1)
+            prow[f"{prec}_max_abs_diff"] = float((run()[:at] - pref).abs().max())
+        for r in (row, prow):
+            r["speedup"] = round(r["ieee_us"] / r["tf32x3_us"], 2)
+            print(r, flush=True)
+            rows.append(r)
     return rows
 
 
@@ -504,6 +572,8 @@ def main() -> None:
             run("checks", kernel_checks)
         if "attention" in sections:
             run("attention", section_attention, ceil)
+        if "precision" in sections:
+            run("precision", section_precision)
         for name in args.shapes.split(","):
             if set(sections) <= {"contention"} and name != "smollm2-135m":
                 continue

@@ -7,6 +7,7 @@ import tests.engines.interpret  # noqa: F401,I001  (first: switches the interpre
 import json
 import random
 import tempfile
+from types import SimpleNamespace
 
 import torch
 
@@ -69,6 +70,9 @@ def main() -> None:
     out["engine_same_ids"] = [a.ids for a in runs["torch"]] == [b.ids for b in runs["triton"]]
     out["engine_logprobs"] = max(abs(x - y) for a, b in zip(runs["torch"], runs["triton"])
                                  for x, y in zip(a.logprobs, b.logprobs))
+    # what the dots run as: float32 on a GPU on tensor cores (three TF32 products), IEEE in the interpreter
+    out["precision"] = {f"{dt}-{dev}": kernels.precision(SimpleNamespace(dtype=getattr(torch, dt), is_cuda=dev == "cuda"))
+                        for dt in ("float32", "bfloat16") for dev in ("cuda", "cpu")}
     print(json.dumps(out))
 
 

@@ -30,3 +30,4 @@ def test_the_kernels_compute_the_reference_attention():
     for key in ("decode_split1", "decode_split3", "prefill"):
         assert got[key] < 1e-5, got
     assert got["engine_same_ids"] and got["engine_logprobs"] < 1e-5, got
+    assert got["precision"] == {"float32-cuda": "tf32x3", "float32-cpu": "ieee", "bfloat16-cuda": "", "bfloat16-cpu": ""}
