@@ -108,6 +108,17 @@ def stats_delta(before: dict, after: dict) -> dict:
 # --- checks ----------------------------------------------------------------------------------------
 
 
+def page_table(ctx: list[int], page: int, width: int, perm: torch.Tensor) -> torch.Tensor:
+    """A page table per context (on the GPU), its pages taken in order from `perm`: none used twice."""
+    table = torch.zeros(len(ctx), width, dtype=torch.int32)
+    at = 0
+    for b, c in enumerate(ctx):
+        n = -(-c // page)
+        table[b, :n] = perm[at:at + n]
+        at += n
+    return table.cuda()
+
+
 def kernel_checks() -> list[dict]:
     from mirl.engines.paged import kernels
     from mirl.engines.paged.attention import prefill_tiles, reference
@@ -118,14 +129,7 @@ def kernel_checks() -> list[dict]:
         page, kvh, heads, d = 16, 8, 16, 128
         kv = torch.randn(2048 * page, 2, kvh, d, generator=g).to("cuda", dtype)
         ctx = [1, 17, 300, 1500, 4000, 64]
-        perm = torch.randperm(2047, generator=g) + 1
-        table = torch.zeros(len(ctx), 256, dtype=torch.int32)
-        at = 0
-        for b, c in enumerate(ctx):
-            n = -(-c // page)
-            table[b, :n] = perm[at:at + n]
-            at += n
-        table = table.cuda()
+        table = page_table(ctx, page, 256, torch.randperm(2047, generator=g) + 1)
         q = torch.randn(len(ctx), heads, d, generator=g).to("cuda", dtype)
         ref = reference(q.float(), kv.float(), table, [(b, 1, c) for b, c in enumerate(ctx)], page, d ** -0.5)
         for splits in (1, 4):
@@ -284,14 +288,7 @@ def section_precision() -> list[dict]:
         width = max(-(-c // page) for c in ctx)
         pages = sum(-(-c // page) for c in ctx) + 1
         kv = torch.randn(pages * page, 2, kvh, d, generator=g).to("cuda")
-        perm = torch.randperm(pages - 1, generator=g) + 1
-        table = torch.zeros(batch, width, dtype=torch.int32)
-        at = 0
-        for b, c in enumerate(ctx):
-            n = -(-c // page)
-            table[b, :n] = perm[at:at + n]
-            at += n
-        table = table.cuda()
+        table = page_table(ctx, page, width, torch.randperm(pages - 1, generator=g) + 1)
         q = torch.randn(batch, heads, d, generator=g).to("cuda")
         ctx_t = torch.tensor(ctx, device="cuda")
         ref = reference(q, kv, table, [(b, 1, c) for b, c in enumerate(ctx)], page, d ** -0.5)
