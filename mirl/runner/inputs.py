@@ -98,13 +98,11 @@ class EpisodeInputs:
     _sandbox = None
 
     def warm_up(self) -> None:
-        """The inputs read, the sandbox made and the LLM providers installed (litellm imported) before
-        the episodes start: each would otherwise happen in the first episodes, all waiting on it."""
+        """litellm imported before the episodes start (each would otherwise wait on the first one's
+        import, seconds under the GIL); the inputs and the sandbox stay lazy: not every such stage uses
+        them (step profiling runs no sandbox, pass@k reads no profiled trajectories)."""
         from mirl.llm import providers
 
-        self.tasks()
-        self.trajectories()
-        self.sandbox()
         providers.install()
 
     def tasks(self) -> dict[str, Task]:

@@ -317,8 +317,7 @@ def _loop(stage: Stage, pending: list[Item], show: bool) -> tuple[str | None, in
     from mirl.llm.ledger import open_ledger
 
     ledger = open_ledger(stage.run.root)
-    if not stage.ray_address:  # on Ray each worker process builds its own
-        stage.warm_up()
+    warm = bool(stage.ray_address)  # on Ray each worker process builds its own
     executor = make_executor(stage.workers, stage.ray_address)
     width = executor.width
     queue = list(reversed(pending))
@@ -335,6 +334,9 @@ def _loop(stage: Stage, pending: list[Item], show: bool) -> tuple[str | None, in
                     if cap > 0 and ledger.spent(stage.name) >= cap:
                         stopped = f"budget: stage {stage.name!r} spent ${ledger.spent(stage.name):.4f} of ${cap:.4f}"
                         break
+                    if not warm:  # after the budget's first check: a stage stopped at once builds nothing
+                        stage.warm_up()
+                        warm = True
                     item = queue.pop()
                     inflight[executor.submit(stage, item.payload)] = item
                 if not inflight:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 
 import pytest
@@ -91,6 +92,29 @@ def test_a_stage_warms_up_once_in_the_runners_thread_before_its_items_and_not_wh
     assert events == [("warm", True, 0)]
     run_stage(Warmed(tmp_path), progress=False)  # every item stored: nothing to warm up for
     assert events == [("warm", True, 0)]
+    over = Warmed(tmp_path / "over", cost=0.01, budget=0.01)
+    open_ledger(over.run.root).record(role="policy", stage=over.name, model="m1", cost_usd=0.02,
+                                      input_tokens=1, cached_input_tokens=0, output_tokens=1)
+    run_stage(over, progress=False)  # over its budget before the first item: nothing built
+    assert events == [("warm", True, 0)] and over.ran == []
+
+
+def test_an_episode_stage_warms_up_litellm_alone():
+    """Not the inputs or the sandbox: step profiling has no sandbox, pass@k reads no trajectories."""
+    from mirl.runner.inputs import EpisodeInputs
+
+    class Stage(EpisodeInputs):
+        def tasks(self):
+            raise AssertionError("tasks read")
+
+        def trajectories(self):
+            raise AssertionError("trajectories read")
+
+        def sandbox(self):
+            raise AssertionError("sandbox made")
+
+    Stage().warm_up()
+    assert "litellm" in sys.modules
 
 
 def test_lost_items_and_redo_records_run_again_without_duplicates(tmp_path):
