@@ -52,7 +52,7 @@ def delta(a: dict, b: dict) -> dict:
     return {k: round(b[k] - a.get(k, 0), 3) for k in ("decode_s", "prefill_s", "host_s", "steps", "row_steps",
                                                        "prefill_tokens", "cached_tokens", "prefill_passes", "graphs_captured",
                                                        "failed_captures", "requests", "prefill_build_s", "prefill_launch_s",
-                                                       "first_tokens_s", "gpu_decode_s", "gpu_prefill_s") if k in b}
+                                                       "first_tokens_s", "first_read_s", "gpu_decode_s", "gpu_prefill_s") if k in b}
 
 
 def run_beside(run: Path, base_run: Path) -> Path:
@@ -88,6 +88,8 @@ def main() -> None:
     ap.add_argument("--skip-rate", action="store_true")
     ap.add_argument("--gpu-timing", action="store_true",
                     help="time each decode step and prefill pass on the GPU too (CUDA events: gpu_decode_s, gpu_prefill_s)")
+    ap.add_argument("--dtype", default=None, metavar="DTYPE",
+                    help="serve the policy in this dtype (e.g. bfloat16) instead of the checkpoint's float32")
     ap.add_argument("--switch-interval", type=float, default=None, metavar="S",
                     help="sys.setswitchinterval for the run (the engine lowers it to 0.0005 at most)")
     args = ap.parse_args()
@@ -101,6 +103,11 @@ def main() -> None:
     base_run = work / "runs" / "small"
     out: dict = {"workers": args.workers, "switch_interval_s": sys.getswitchinterval()}
     t0 = time.perf_counter()
+    if args.dtype:  # served before the stage asks for it, so `local/smollm2` is this engine
+        from mirl.engines.weights import LOCATORS, plain_checkpoint
+
+        gguf = LOCATORS["smollm2"]()
+        registry.serve("smollm2", registry.policy_engine(plain_checkpoint(gguf), dtype=args.dtype, name=gguf.stem))
     engine = registry.get("smollm2")
     engine.gpu_timing = args.gpu_timing
     out["engine"] = {"type": type(engine).__name__, "load_s": round(time.perf_counter() - t0, 2),
