@@ -48,6 +48,36 @@ def engine_stats() -> dict:
     return dict(getattr(e, "stats", {}))
 
 
+def cpu_counters() -> dict:
+    """Where the CPUs went, as counters a pass's difference turns into shares: the machine's busy and total
+    jiffies (/proc/stat), this process's CPU seconds (engine, episode threads, litellm) and the engine's
+    owner thread's, whose step is host-bound when it gets less than a core."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    out = {"jiffies": sum(ticks[:8]), "busy_jiffies": sum(ticks[:8]) - idle, "process_cpu_s": sum(os.times()[:2])}
+    from mirl.engines import registry
+
+    thread = getattr(registry.get("smollm2"), "_thread", None)
+    tid = getattr(thread, "native_id", None)
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        out["owner_cpu_s"] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        pass
+    return out
+
+
+def cpu_delta(a: dict, b: dict, wall: float) -> dict:
+    jiffies = max(1, b["jiffies"] - a["jiffies"])
+    out = {"machine_busy_share": round((b["busy_jiffies"] - a["busy_jiffies"]) / jiffies, 3),
+           "cpus": os.cpu_count(), "process_cores": round((b["process_cpu_s"] - a["process_cpu_s"]) / wall, 2)}
+    if "owner_cpu_s" in a and "owner_cpu_s" in b:
+        out["owner_core_share"] = round((b["owner_cpu_s"] - a["owner_cpu_s"]) / wall, 3)
+    return out
+
+
 def delta(a: dict, b: dict) -> dict:
     return {k: round(b[k] - a.get(k, 0), 3) for k in ("decode_s", "prefill_s", "host_s", "steps", "row_steps",
                                                        "prefill_tokens", "cached_tokens", "prefill_passes", "graphs_captured",
@@ -135,15 +165,17 @@ def main() -> None:
             if i:  # a repeat starts afresh: a stage left by an earlier call would be resumed, not measured
                 shutil.rmtree(work / "runs" / f"rate-{i + 1}", ignore_errors=True)
             run = base_run if i == 0 else run_beside(work / "runs" / f"rate-{i + 1}", base_run)
-            s0, t0 = engine_stats(), time.perf_counter()
+            s0, c0, t0 = engine_stats(), cpu_counters(), time.perf_counter()
             summary = run_misbehavior_rate(pr, run, progress=False)
             wall = time.perf_counter() - t0
+            cpu = cpu_delta(c0, cpu_counters(), wall)
             n = summary.get("continuations", 0)
             key = "misbehavior_rate" if i == 0 else f"misbehavior_rate_{i + 1}"
             out[key] = {"seconds": round(wall, 1), "continuations": n,
                         "continuations_per_s": round(n / wall, 2), "engine": delta(s0, engine_stats()),
                         "episodes": episode_seconds(run / "misbehavior_rate" / "continuations.jsonl"),
-                        "rate": summary.get("rate"), "prefixes": summary.get("prefixes"), "overrides": args.rate_set}
+                        "cpu": cpu, "rate": summary.get("rate"), "prefixes": summary.get("prefixes"),
+                        "overrides": args.rate_set}
             print(key, out[key], flush=True)
     if args.train_steps > 0:
         from mirl.training.stage import run_training
