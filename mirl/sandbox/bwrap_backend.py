@@ -58,7 +58,7 @@ from mirl.sandbox.docker_images import safe_name
 from mirl.sandbox.init_script import INIT_CODE
 from mirl.sandbox.loop_disk import DiskUnavailable, LoopDisk
 from mirl.sandbox.owner import owner_gone, owner_id
-from mirl.sandbox.prelude import join_step, nice_step, prelude_argv
+from mirl.sandbox.prelude import join_step, prelude_argv
 from mirl.sandbox.process import MARKER_VAR, MemoryCgroup, PidsCgroup, collect, enlarge_pipe
 from mirl.sandbox.snapshot import META, check_task, snapshots_dir, unknown
 from mirl.sandbox.verifier import PUT_TESTS, run_verifier, tar_of_tests
@@ -187,7 +187,7 @@ def _require() -> Path:
 def _overlay_steps(options: bytes, merged: bytes, cgroups: list[PidsCgroup], disk: tuple[bytes, bytes] | None):
     """`mirl.sandbox.prelude` steps: a private mount namespace, the session's disk (if any) and the
     overlay on `merged`, then the cgroups; bwrap, exec'd after them, binds `merged` as the root."""
-    steps: list[tuple] = [nice_step(), ("unshare",)]
+    steps: list[tuple] = [("unshare",)]
     if disk is not None:  # the bounded disk the upper layer lives on (mirl.sandbox.loop_disk)
         device, layer = disk
         steps.append(("mount", device, layer, b"ext4", 0, None, "mount the session's disk"))

@@ -58,7 +58,7 @@ from mirl.sandbox.base import (
 )
 from mirl.sandbox.channel import Channel
 from mirl.sandbox.init_script import INIT_CODE
-from mirl.sandbox.prelude import join_step, nice_step, prelude_argv
+from mirl.sandbox.prelude import join_step, prelude_argv
 from mirl.sandbox.process import (
     MARKER_VAR,
     PidsCgroup,
@@ -164,14 +164,13 @@ def _sweep_on(tokens: list[bytes], sids: list[int], rounds: int = 20) -> None:
 
 def _runner_steps(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | SessionCgroup | None, overlays: dict[bytes, bytes] | None = None,
                   namespace: int | None = None, protect: list[bytes] = ()) -> list[tuple]:
-    """What the runner does before it runs (`mirl.sandbox.prelude`): lower its priority (its commands and
-    the tests inherit it), join the cgroup, then (if binds)
+    """What the runner does before it runs (`mirl.sandbox.prelude`): join the cgroup, then (if binds)
     a private mount namespace where the host's programs and libraries (READ_ONLY) and the paths in
     `protect` are read-only and the session's directories are bound over the host paths; a bind whose
     destination is in `overlays` (destination -> mount options: /etc, /root, /home) is an overlay
     rather than a bind. With `namespace` (a descriptor of the session's mount namespace, made by its
     first runner), that namespace is joined as it is instead."""
-    steps = [nice_step()] + ([join_step(cgroup)] if cgroup is not None else [])
+    steps = [join_step(cgroup)] if cgroup is not None else []
     if namespace is not None:
         return steps + [("setns", namespace)]
     if not binds:

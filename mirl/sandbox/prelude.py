@@ -14,7 +14,6 @@ fails writes `mirl-prelude: WHAT: ERROR` to stderr and exits 126 without running
 - ("unshare",): a private mount namespace, propagation private from `/` down
 - ("mount", source, target, fstype, flags, data, what): mount(2); `what` names it in the error
 - ("mkdirs", path): os.makedirs(path, exist_ok=True)
-- ("nice", n): os.nice(n), inherited by everything the process runs (`nice_step`)
 - ("readonly", paths): each of these directories (where it is one, not a link) bound on itself with what
   is mounted below it and made read-only, its other flags kept: what runs in the namespace cannot change
   the host's programs and libraries (a policy's `chmod` on /bin once took a GPU machine's bash away
@@ -68,11 +67,6 @@ for step in marshal.loads(bytes.fromhex(sys.argv[1])):
             check(libc.mount(path, path, None, 4096 | 16384, None), "bind %r on itself" % path)  # MS_BIND | MS_REC
             check(libc.mount(None, path, None, 32 | 4096 | 1 | own, None),  # MS_REMOUNT | MS_BIND | MS_RDONLY
                   "make %r read-only" % path)
-    elif op == "nice":
-        try:
-            os.nice(step[1])
-        except OSError as e:
-            fail("lower the priority", e)
     elif op == "mkdirs":
         try:
             os.makedirs(step[1], exist_ok=True)
@@ -90,19 +84,6 @@ except OSError as e:
 def prelude_argv(steps: list[tuple], argv: list[str]) -> list[str]:
     """The command line that runs `steps` in the new process, then execs `argv`."""
     return [sys.executable, "-I", "-S", "-c", PRELUDE_CODE, marshal.dumps(list(steps)).hex(), *argv]
-
-
-# How much lower than the kit's a sandbox's processes (its commands and the task's tests) run. One process
-# (the policy engine's owner thread) serves every episode in flight, while each test run serves one: with 64
-# continuations in flight on a 16-CPU GPU machine the tests kept 30-46 processes runnable at peaks, and the
-# owner thread got a third of a core, its decode steps 5.4-6.0 ms against 3.0 ms without the tests
-# (benchmarks/gpu/NOTES.md, e2e v13). At 10 below, the scheduler gives the kit's threads ~9x their weight.
-SESSION_NICE = 10
-
-
-def nice_step() -> tuple:
-    """The step that lowers a sandbox process's priority to SESSION_NICE below the kit's."""
-    return ("nice", SESSION_NICE)
 
 
 def join_step(cgroup) -> tuple:

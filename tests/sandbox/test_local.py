@@ -546,12 +546,3 @@ def test_where_a_runner_cannot_join_a_v2_group_sessions_run_without_one(sandbox,
         with sandbox.start(data_task("contract-basic")) as session:
             assert session.cgroup is None and local_backend._V2 == [False]
             assert session.run("echo hi").output == "hi\n"
-
-
-def test_a_sessions_commands_run_below_the_kits_priority(sandbox, task_factory):
-    """One engine thread serves every episode in flight; a session's commands and tests serve one."""
-    from mirl.sandbox.prelude import SESSION_NICE
-
-    with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /app\n")) as s:
-        r = s.run("cut -d' ' -f19 /proc/self/stat")
-    assert r.exit_code == 0 and int(r.output) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + SESSION_NICE), r.output

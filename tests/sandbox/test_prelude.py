@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 from mirl.sandbox.prelude import prelude_argv
@@ -28,12 +27,3 @@ def test_a_failed_step_names_itself_and_runs_nothing(tmp_path):
 def test_an_unknown_step_is_refused(tmp_path):
     r = subprocess.run(prelude_argv([("chroot", b"/")], ["true"]), capture_output=True, text=True, timeout=30)
     assert r.returncode == 126 and "unknown step: 'chroot'" in r.stderr
-
-
-def test_a_nice_step_lowers_the_priority_of_what_it_runs():
-    from mirl.sandbox.prelude import SESSION_NICE, nice_step
-
-    r = subprocess.run(prelude_argv([nice_step()], ["sh", "-c", "cut -d' ' -f19 /proc/self/stat"]),
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
-    assert int(r.stdout) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + SESSION_NICE)
