@@ -3,8 +3,9 @@
 Row fields: time, role, stage, model, n (samples), input_tokens, cached_input_tokens,
 output_tokens, latency_s, cache_hit, cost_usd, price (table | litellm | none | cache), tries, error.
 A cache hit is a row with cache_hit=true and zero tokens and cost: the ledger sums to what was
-actually spent. Each row is one `write` of a whole line on an append-only descriptor, fsynced,
-under a thread lock and an exclusive `flock`, so threads, processes and kills leave whole lines; a
+actually spent. Each row is one `write` of a whole line on an append-only descriptor under a thread
+lock and an exclusive `flock`, then fsynced outside both (`benchmarks/ledger.py`: one sync at a time made
+each of 64 threads wait for the others'), so threads, processes and kills leave whole lines; a
 torn last line (a kill on another filesystem) is cut off before the next append, so it cannot swallow
 the next row. The running spend (total and per stage) is kept in memory and brought up to date
 with the rows other processes appended before every budget check, so workers in several processes
@@ -84,10 +85,15 @@ class Ledger:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 _cut_torn_tail(fd)
                 os.write(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)  # releases the flock
-            self._refresh()
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                self._refresh()
+            except BaseException:
+                os.close(fd)
+                raise
+        try:  # outside the locks: 64 episode threads' syncs overlap instead of queueing behind each other
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         return row
 
     def spent(self, stage: str | None = None) -> float:

@@ -85,6 +85,38 @@ def test_ledger_spend_survives_reopen_and_threads(tmp_path):
     assert len((tmp_path / "l.jsonl").read_text().splitlines()) == 80
 
 
+def test_each_row_is_synced_to_disk_outside_the_locks(tmp_path, monkeypatch):
+    """Durable row by row, yet 64 episode threads' syncs overlap instead of queueing behind one lock."""
+    import fcntl
+    import os
+
+    from mirl.llm import ledger as ledger_mod
+
+    led = Ledger(tmp_path / "llm_calls.jsonl")
+    synced: list[tuple[bool, bool]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        try:  # another descriptor gets the file's flock at once only if this one no longer holds it
+            other = os.open(led.path, os.O_RDONLY)
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                flock_free = True
+            except BlockingIOError:
+                flock_free = False
+            finally:
+                os.close(other)
+        finally:
+            synced.append((led._lock.locked(), flock_free))
+        real_fsync(fd)
+
+    monkeypatch.setattr(ledger_mod.os, "fsync", fsync)
+    led.record(role="policy", stage="s", model="m", cost_usd=0.5)
+    led.record(role="policy", stage="s", model="m", cost_usd=0.25)
+    assert synced == [(False, True), (False, True)]
+    assert led.spent() == pytest.approx(0.75) and len(read_ledger(tmp_path)) == 2
+
+
 def test_a_run_directory_deleted_and_made_again_is_counted_afresh(tmp_path):
     """The process-wide ledger of a path outlives its file (a notebook kernel, a run deleted and
     started again): what it counts is the file as it is now, so the new run's budget still stops it."""
