@@ -3,7 +3,7 @@
 What writing the LLM ledger costs the episodes: `--threads` threads each record `--rows` rows into one
 ledger, as 64 episodes in flight do once per policy step (the row is part of the step's model time). Rows,
 side by side in one run, alternating:
-- `sync under the lock`: the ledger as it was, each row's fsync inside the thread lock and the flock, so
+- `sync under the lock`: the ledger as it was, each whole `record` (its fsync included) one caller at a time, so
   every caller waits for all the syncs queued before its own;
 - `sync after`: `mirl.llm.ledger.Ledger` as it is, the row written under the locks, synced outside them.
 Printed: wall, rows/s, the mean and 90th percentile of one `record` call. `--dir` puts the ledgers on the
@@ -13,8 +13,6 @@ disk to measure (default: a temporary directory under the current one, not /tmp,
 from __future__ import annotations
 
 import argparse
-import fcntl
-import os
 import statistics
 import sys
 import tempfile
@@ -24,29 +22,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mirl.llm.ledger import Ledger, _cut_torn_tail  # noqa: E402
+from mirl.llm.ledger import Ledger  # noqa: E402
 
 
 class SyncUnderLock(Ledger):
-    """The ledger's `record` before the sync left the locks (only the write path differs)."""
+    """The ledger as it was: the whole `record`, its fsync included, one caller at a time."""
 
-    def _append(self, line: bytes) -> None:
-        with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                _cut_torn_tail(fd)
-                os.write(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            self._refresh()
+    def __init__(self, path):
+        super().__init__(path)
+        self._serial = threading.Lock()
 
     def record(self, **fields):
-        import json
-
-        self._append((json.dumps({"time": time.time(), **fields}) + "\n").encode())
+        with self._serial:
+            return super().record(**fields)
 
 
 def run(kind: type, path: Path, threads: int, rows: int) -> tuple[float, list[float]]:
