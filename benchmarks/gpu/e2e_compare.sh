@@ -5,7 +5,8 @@
 #   bash benchmarks/gpu/e2e_compare.sh ROUNDS NAME=TGZ ...    (TGZ: `git archive REV mirl | gzip`, made here;
 #                                                             NAME=. is this tree as it is)
 #   E2E_ARGS_NAME="..."  more e2e_bench.py arguments for that version (e.g. E2E_ARGS_bf16="--dtype bfloat16";
-#                        the same TGZ may appear under several names)
+#                        the same TGZ may appear under several names; characters of NAME other than letters,
+#                        digits and _ read as _; split on spaces, quotes not honoured)
 #   E2E_SPY="NAME ..."   those versions' first round also under `py-spy record --gil --threads` (py-spy from
 #                        wheels4), written to $OUT/spy_NAME.txt
 # $OUT/e2e_NAME_ROUND.json per run, then one line per run and pass: continuations/s, decode steps, rows a step,
@@ -30,7 +31,7 @@ for ((r = 1; r <= rounds; r++)); do
       spy=("${CARRY_HOME:-$HOME/carry}/site/bin/py-spy" record --gil --threads --nonblocking --format raw -r 50
            -o "$OUT/spy_$name.txt" --)
     fi
-    extra_var=E2E_ARGS_$name
+    extra_var=E2E_ARGS_${name//[^A-Za-z0-9_]/_}
     read -r -a extra <<< "${!extra_var:-}"
     prep
     (cd "$root" && timeout -k 10 240 "${spy[@]}" python3 benchmarks/gpu/e2e_bench.py --work "$W" --train-steps 0 \

@@ -93,27 +93,30 @@ def test_each_row_is_synced_to_disk_outside_the_locks(tmp_path, monkeypatch):
     from mirl.llm import ledger as ledger_mod
 
     led = Ledger(tmp_path / "llm_calls.jsonl")
-    synced: list[tuple[bool, bool]] = []
+    synced: list[tuple[bool, bool, int, int]] = []
     real_fsync = os.fsync
 
     def fsync(fd):
+        flock_free = False
+        other = os.open(led.path, os.O_RDONLY)
         try:  # another descriptor gets the file's flock at once only if this one no longer holds it
-            other = os.open(led.path, os.O_RDONLY)
-            try:
-                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                flock_free = True
-            except BlockingIOError:
-                flock_free = False
-            finally:
-                os.close(other)
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            flock_free = True
+        except BlockingIOError:
+            pass
         finally:
-            synced.append((led._lock.locked(), flock_free))
+            os.close(other)
+        st = os.fstat(fd)  # what is synced: the ledger's file, with the row in it
+        synced.append((led._lock.locked(), flock_free, st.st_ino, st.st_size))
         real_fsync(fd)
 
     monkeypatch.setattr(ledger_mod.os, "fsync", fsync)
-    led.record(role="policy", stage="s", model="m", cost_usd=0.5)
-    led.record(role="policy", stage="s", model="m", cost_usd=0.25)
-    assert synced == [(False, True), (False, True)]
+    sizes = []
+    for cost in (0.5, 0.25):
+        led.record(role="policy", stage="s", model="m", cost_usd=cost)
+        sizes.append(led.path.stat().st_size)
+    ino = led.path.stat().st_ino
+    assert synced == [(False, True, ino, sizes[0]), (False, True, ino, sizes[1])]
     assert led.spent() == pytest.approx(0.75) and len(read_ledger(tmp_path)) == 2
 
 
