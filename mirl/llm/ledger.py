@@ -84,7 +84,11 @@ class Ledger:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 _cut_torn_tail(fd)
-                os.write(fd, line)
+                end = os.fstat(fd).st_size
+                written = os.write(fd, line)
+                if written != len(line):  # a full disk: leave no part of a row for the next writer to cut
+                    os.ftruncate(fd, end)
+                    raise OSError(f"{self.path}: wrote {written} of a row's {len(line)} bytes (disk full?)")
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 self._refresh()
             except BaseException:

@@ -120,6 +120,24 @@ def test_each_row_is_synced_to_disk_outside_the_locks(tmp_path, monkeypatch):
     assert led.spent() == pytest.approx(0.75) and len(read_ledger(tmp_path)) == 2
 
 
+def test_a_row_cut_short_by_the_disk_is_an_error_and_leaves_no_part_of_it(tmp_path, monkeypatch):
+    import os
+
+    from mirl.llm import ledger as ledger_mod
+
+    led = Ledger(tmp_path / "llm_calls.jsonl")
+    led.record(role="policy", stage="s", model="m", cost_usd=0.5)
+    whole = led.path.read_bytes()
+    real_write = os.write
+    monkeypatch.setattr(ledger_mod.os, "write", lambda fd, data: real_write(fd, data[:10]))
+    with pytest.raises(OSError, match="wrote 10 of a row's"):
+        led.record(role="policy", stage="s", model="m", cost_usd=0.25)
+    monkeypatch.setattr(ledger_mod.os, "write", real_write)
+    assert led.path.read_bytes() == whole
+    led.record(role="policy", stage="s", model="m", cost_usd=0.25)
+    assert led.spent() == pytest.approx(0.75) and len(read_ledger(tmp_path)) == 2
+
+
 def test_a_run_directory_deleted_and_made_again_is_counted_afresh(tmp_path):
     """The process-wide ledger of a path outlives its file (a notebook kernel, a run deleted and
     started again): what it counts is the file as it is now, so the new run's budget still stops it."""
