@@ -263,12 +263,13 @@ def test_the_host_side_of_a_step_and_of_a_pass_makes_few_torch_calls(checkpoint)
     step's host data goes in one staging copy and a pass's new rows start in one call. Counted on 16
     requests that go in in one pass (`tests/engines/host_calls.py`, deterministic): the engine before
     this (a copy per field, a call per request and per row) made 16.25 calls a decode step and 220 in the
-    pass; now 5.96 and 23."""
+    pass; then 5.96 and 23; now 1.04 a step (its replay, the layout's once; a GPU adds the staging copy,
+    the read-back's copy, its event and the wait: no slicing, the tokens read through numpy)."""
     from tests.engines.host_calls import host_calls
 
     got = host_calls(checkpoint, episodes=16, workload="together")
     assert got["requests"] == 16 and got["prefill_passes"] == 1 and got["decode_steps"] == 24, got
-    assert 3 <= got["host_calls_per_decode_step"] <= 8, got  # at least the replay and the read-back: counted
+    assert 1 <= got["host_calls_per_decode_step"] <= 2, got  # at least the replay: counted
     assert 5 <= got["host_calls_per_prefill_pass"] <= 30, got
 
 

@@ -77,6 +77,7 @@ class Staging:
         self.arrays = [h.numpy() for h in self.host]
         self.sent = [0] * len(self.host)  # the clock at each buffer's last copy
         self.i = 0
+        self._views: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}  # (buffer, n): the copy's ends
 
     def begin(self) -> np.ndarray:
         """The next host buffer to fill."""
@@ -89,7 +90,12 @@ class Staging:
     def send(self, n: int) -> torch.Tensor:
         """The first n values of the buffer filled since `begin`, on the device."""
         if self.cuda:
-            self.dev[:n].copy_(self.host[self.i][:n], non_blocking=True)
+            ends = self._views.get((self.i, n))
+            if ends is None:  # slicing is a torch call too: a pass shape's slices are made once
+                if len(self._views) > 1024:
+                    self._views.clear()
+                ends = self._views[self.i, n] = (self.dev[:n], self.host[self.i][:n])
+            ends[0].copy_(ends[1], non_blocking=True)
         self.sent[self.i] = self.clock.tick()
         return self.dev
 
@@ -98,7 +104,9 @@ class Staging:
 class Layout:
     """The rows of the next decode step when they changed: slot i holds old slot keep[i] (its token to
     feed stays where the device wrote it), then the new rows (their first tokens and page tables); per
-    row in the new order its position, steps sampled so far and sampling settings."""
+    row in the new order its position, steps sampled so far and sampling settings. On the device a
+    layout is a fixed function of the bucket (a graph per bucket): the staging holds every slot's fields
+    and a page table for each, which only new slots read."""
 
     keep: list[int]
     new_tokens: list[int]
@@ -115,14 +123,14 @@ class Flight:
     """A launched decode step whose tokens (and their logprobs) are on their way back."""
 
     rows: list[Any]  # the engine's rows, in slot order
-    out: torch.Tensor  # [>= rows, 2] float64: token id, logprob per slot (a pinned ring buffer on a GPU)
+    out: np.ndarray  # [>= rows, 2] float64: token id, logprob per slot (a view of a pinned ring buffer on a GPU)
     mark: int  # the clock when it was launched
     event: Any = None
 
     def result(self) -> tuple[list[int], list[float]]:
         if self.event is not None:
             self.event.synchronize()
-        pairs = self.out[:len(self.rows)].tolist()
+        pairs = self.out[:len(self.rows)].tolist()  # numpy: no torch call, the GIL kept
         return [int(t) for t, _ in pairs], [lp for _, lp in pairs]
 
 
@@ -154,12 +162,13 @@ class DeviceBatch:
         self.inv_temperature, self.top_p = self.fparams[0], self.fparams[1]
         self.out = torch.zeros(r + 1, 2, dtype=torch.float64, device=dev)  # a step's (token, logprob) per row
         self.out_host = [torch.zeros(r + 1, 2, dtype=torch.float64).pin_memory() for _ in range(RING)] if cuda else []
+        self.out_np = [h.numpy() for h in self.out_host] if cuda else [self.out.numpy()]
         self.out_events = [torch.cuda.Event() for _ in range(RING)] if cuda else []
         self._out_i = 0
         self.attn_out = torch.zeros(r + 1, pm.heads, pm.dim, dtype=dt, device=dev)
         self.bucket = 0  # the rows laid out in the buffers, padded to this
         # a decode step's staging: the page-table entries rows move into (3 x bucket), then a new layout
-        self.s_stage = Staging(3 * r + 9 * r + r * width, dev, self.clock)
+        self.s_stage = Staging(3 * r + 9 * r + r * width, dev, self.clock)  # what `_stage_layout` writes
         # prefill: per token (id, position, slot); per sequence (q_start, q_len, ctx) and page table, plus
         # an empty one (index max_seqs) for padding tiles; the tile table; the rows whose logits are wanted
         cap, s1 = self.prefill_cap, max_seqs + 1
@@ -207,16 +216,16 @@ class DeviceBatch:
             n = self._stage_layout(a, n, bucket, layout)
         f = self.s_stage.send(n)
         if layout is not None:
-            self._layout(f, 3 * bucket, bucket, len(layout.keep), len(layout.new_tokens))
+            self._run(("layout", bucket), lambda: self._layout(f, 3 * bucket, bucket))
+            self.bucket = bucket
         self._timed_run("decode", ("decode", bucket, nucleus), lambda: self._decode(bucket, nucleus))
         mark = self.clock.tick()
         if self.device.type == "cuda":
             i = self._out_i = (self._out_i + 1) % RING
-            out, event = self.out_host[i], self.out_events[i]
-            out[:bucket].copy_(self.out[:bucket], non_blocking=True)
-            event.record()
-            return Flight(list(rows), out, mark, event)
-        return Flight(list(rows), self.out[:bucket].clone(), mark)
+            self.out_host[i].copy_(self.out, non_blocking=True)  # whole (a few KiB): slicing is a torch call
+            self.out_events[i].record()
+            return Flight(list(rows), self.out_np[i], mark, self.out_events[i])
+        return Flight(list(rows), self.out_np[0][:bucket].copy(), mark)
 
     def read(self, flight: Flight) -> tuple[list[int], list[float]]:
         """A launched step's tokens and logprobs, waited for."""
@@ -228,7 +237,8 @@ class DeviceBatch:
     def _stage_layout(self, a: np.ndarray, o: int, bucket: int, lay: Layout) -> int:
         """Writes a layout into the staging buffer from offset o: per slot the old slot its token comes
         from, whether it is new (padding too: token 0), its new token, position, position + 1, steps, seed,
-        inverse temperature and top-p bits; then the page tables of the new rows. Returns the end."""
+        inverse temperature and top-p bits; then a page table per slot, zeros except the new rows'. Returns the
+        end."""
         k, rows, b = len(lay.keep), len(lay.positions), bucket
         a[o:o + 9 * b] = 0
         a[o:o + k] = lay.keep  # new and padding slots read slot 0's token, which they do not use
@@ -243,26 +253,25 @@ class DeviceBatch:
         fl[0, :rows], fl[1, :rows] = lay.inv_temperature, lay.top_p
         a[o + 7 * b:o + 9 * b] = fl.view(np.int32).reshape(-1)
         o, w = o + 9 * b, self.width
-        a[o:o + len(lay.new_pages) * w] = 0
-        for i, pages in enumerate(lay.new_pages):
+        a[o:o + b * w] = 0
+        for i, pages in enumerate(lay.new_pages, start=k):  # new rows sit in slots k, k + 1, ...
             a[o + i * w:o + i * w + len(pages)] = pages
-        return o + len(lay.new_pages) * w
+        return o + b * w
 
-    def _layout(self, f: torch.Tensor, o: int, bucket: int, kept: int, new: int) -> None:
-        """Lay the rows out again from the staged layout (a handful of device calls)."""
-        b, w, rows = bucket, self.width, kept + new
+    def _layout(self, f: torch.Tensor, o: int, bucket: int) -> None:
+        """Lay the rows out again from the staged layout. Its shapes depend on the bucket alone, so on a
+        GPU it is one graph replay, where eagerly it is some fourteen calls. New and padding slots take
+        their token and page table from the staging (padding: zeros), kept ones from their old slot."""
+        b, w = bucket, self.width
         perm = f[o:o + b]
-        tokens = torch.where(f[o + b:o + 2 * b].bool(), f[o + 2 * b:o + 3 * b], self.state[0, perm])
+        fresh = f[o + b:o + 2 * b].bool()
+        tokens = torch.where(fresh, f[o + 2 * b:o + 3 * b], self.state[0, perm])
         self.state[0, :b] = tokens
         self.state[1:4, :b] = f[o + 3 * b:o + 6 * b].view(3, b)
         self.seeds[:b] = f[o + 6 * b:o + 7 * b]
         self.fparams[:, :b] = f[o + 7 * b:o + 9 * b].to(torch.int32).view(torch.float32).view(2, b)
-        table = self.table[perm]
-        table[kept:] = 0
-        if new:
-            table[kept:rows] = f[o + 9 * b:o + 9 * b + new * w].view(new, w)
-        self.table[:b] = table
-        self.bucket = bucket
+        staged = f[o + 9 * b:o + 9 * b + b * w].view(b, w).to(torch.int32)
+        self.table[:b] = torch.where(fresh[:, None], staged, self.table[perm])
 
     def _decode(self, bucket: int, nucleus: bool) -> None:
         """Give rows entering a page that page, feed each row's token, sample the next, and advance the
