@@ -4,6 +4,7 @@
 # the kit's `mirl/` side by side, in turns, each run a fresh process on a fresh copy of the docs' bundled run.
 #   bash benchmarks/gpu/e2e_compare.sh ROUNDS NAME=TGZ ...    (TGZ: `git archive REV mirl | gzip`, made here;
 #                                                             NAME=. is this tree as it is)
+#   E2E_ARGS="..."       more e2e_bench.py arguments for every version (e.g. "--rate-set misbehavior_rate.verify=false")
 #   E2E_ARGS_NAME="..."  more e2e_bench.py arguments for that version (e.g. E2E_ARGS_bf16="--dtype bfloat16";
 #                        the same TGZ may appear under several names; characters of NAME other than letters,
 #                        digits and _ read as _; split on spaces, quotes not honoured)
@@ -32,7 +33,7 @@ for ((r = 1; r <= rounds; r++)); do
            -o "$OUT/spy_$name.txt" --)
     fi
     extra_var=E2E_ARGS_${name//[^A-Za-z0-9_]/_}
-    read -r -a extra <<< "${!extra_var:-}"
+    read -r -a extra <<< "${E2E_ARGS:-} ${!extra_var:-}"
     prep
     (cd "$root" && timeout -k 10 240 "${spy[@]}" python3 benchmarks/gpu/e2e_bench.py --work "$W" --train-steps 0 \
       --rate-repeats 2 "${extra[@]}" > "$OUT/e2e_${name}_$r.log" 2>&1)
