@@ -264,13 +264,14 @@ def test_the_host_side_of_a_step_and_of_a_pass_makes_few_torch_calls(checkpoint)
     requests that go in in one pass (`tests/engines/host_calls.py`, deterministic): the engine before
     this (a copy per field, a call per request and per row) made 16.25 calls a decode step and 220 in the
     pass; then 5.96 and 23; now 1.04 a step (its replay, the layout's once; a GPU adds the staging copy,
-    the read-back's copy, its event and the wait: no slicing, the tokens read through numpy)."""
+    the read-back's copy, its event and the wait: no slicing, the tokens read through numpy) and 3 a pass
+    (its replay, the first tokens' replay and their read-back; a GPU adds the two staging copies)."""
     from tests.engines.host_calls import host_calls
 
     got = host_calls(checkpoint, episodes=16, workload="together")
     assert got["requests"] == 16 and got["prefill_passes"] == 1 and got["decode_steps"] == 24, got
     assert 1 <= got["host_calls_per_decode_step"] <= 2, got  # at least the replay: counted
-    assert 5 <= got["host_calls_per_prefill_pass"] <= 30, got
+    assert 2 <= got["host_calls_per_prefill_pass"] <= 4, got
 
 
 def test_a_long_prompt_prefills_in_chunks_between_decode_steps(checkpoint):

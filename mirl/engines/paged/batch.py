@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,6 +181,7 @@ class DeviceBatch:
         # the first tokens of new rows: per row (logits row, seed, step, inverse temperature, top-p), then
         # the KV slots of their partial last pages to copy (from, to)
         self.r_stage = Staging(5 * r + 2 * r * page, dev, self.clock)
+        self.r_out = torch.zeros(r, 2, dtype=torch.float64, device=dev)  # their (token, logprob)
         self._graphs: dict[tuple, Any] = {}
         self._pool = None
         self._failed_graphs: list[Any] = []
@@ -307,31 +307,44 @@ class DeviceBatch:
 
     # --- first tokens ------------------------------------------------------------------------------
 
-    def first_tokens(self, logits: torch.Tensor, which: Sequence[int], seeds: Sequence[int],
-                     inv_temperature: Sequence[float], top_p: Sequence[float], copy_from: Sequence[int],
-                     copy_to: Sequence[int]) -> tuple[list[int], list[float]]:
-        """New rows' first tokens, row i sampled from `logits[which[i]]` (its prompt's last logits) with
-        its own seed at step 0, and the KV of the rows' partial last pages copied slot by slot (each row
-        owns that page from now on): one staging copy and one read-back for every row that starts."""
+    def first_tokens(self, which: Sequence[int], seeds: Sequence[int], inv_temperature: Sequence[float],
+                     top_p: Sequence[float], copy_from: Sequence[int], copy_to: Sequence[int]) -> tuple[list[int], list[float]]:
+        """New rows' first tokens, row i sampled from row `which[i]` of the last prefill pass's logits (its
+        prompt's last) with its own seed at step 0, and the KV of the rows' partial last pages copied slot by
+        slot (each row owns that page from now on). The host's part is one staging copy, the step (a graph
+        replay on a GPU, per bucket of rows: padding rows sample from row 0, padding copies move slot 0 onto
+        itself) and one read-back, for every row that starts."""
         k, m = len(which), len(copy_from)
+        kb = self.bucket_for(k)
+        mb = kb * self.page if self.padded else m  # a row copies less than a page
+        assert m <= mb, (m, mb)
         a = self.r_stage.begin()
-        a[:k], a[k:2 * k], a[2 * k:3 * k] = which, seeds, 0
-        a[3 * k:4 * k], a[4 * k:5 * k] = float_bits(inv_temperature), float_bits(top_p)
-        a[5 * k:5 * k + m], a[5 * k + m:5 * k + 2 * m] = copy_from, copy_to
-        f = self.r_stage.send(5 * k + 2 * m)
-        per_slot = self.kv[:, 0].numel() * self.kv.element_size()
-        chunk = max(1, (64 << 20) // per_slot)  # the gather's temporary stays under 64 MiB
-        for c in range(0, m, chunk):
-            e = min(m, c + chunk)
-            self.kv[:, f[5 * k + m + c:5 * k + m + e]] = self.kv[:, f[5 * k + c:5 * k + e]]
-        fl = f[3 * k:5 * k].to(torch.int32).view(torch.float32)
-        with COMPILE_LOCK if self.compiled else nullcontext():  # compiled, and may compile for a new k
-            tok, lp = self.sample(logits[f[:k]], f[k:2 * k], f[2 * k:3 * k], fl[:k], fl[k:], self.token_hash,
-                                  any(t < 1 for t in top_p))
-        pairs = torch.stack((tok.double(), lp.double()), 1).tolist()
+        a[:5 * kb + 2 * mb] = 0
+        a[:k], a[kb:kb + k] = which, seeds
+        a[3 * kb:5 * kb] = float_bits([1.0] * (2 * kb))  # padding rows: T = 1, no top-p
+        a[3 * kb:3 * kb + k], a[4 * kb:4 * kb + k] = float_bits(inv_temperature), float_bits(top_p)
+        a[5 * kb:5 * kb + m], a[5 * kb + mb:5 * kb + mb + m] = copy_from, copy_to
+        self.r_stage.send(5 * kb + 2 * mb)
+        nucleus = any(t < 1 for t in top_p)
+        self._run(("first", kb, nucleus), lambda: self._first(kb, mb, nucleus))
+        self.clock.tick()
+        pairs = self.r_out.tolist()  # whole (a few KiB), waited for: slicing is a torch call
         self.clock.synced = self.clock.enqueued
         self._read_timings()
-        return [int(t) for t, _ in pairs], [x for _, x in pairs]
+        return [int(t) for t, _ in pairs[:k]], [x for _, x in pairs[:k]]
+
+    def _first(self, kb: int, mb: int, nucleus: bool) -> None:
+        f = self.r_stage.dev
+        per_slot = self.kv[:, 0].numel() * self.kv.element_size()
+        chunk = max(1, (64 << 20) // per_slot)  # the gather's temporary stays under 64 MiB
+        for c in range(0, mb, chunk):
+            e = min(mb, c + chunk)
+            self.kv[:, f[5 * kb + mb + c:5 * kb + mb + e]] = self.kv[:, f[5 * kb + c:5 * kb + e]]
+        fl = f[3 * kb:5 * kb].to(torch.int32).view(torch.float32)
+        tok, lp = self.sample(self.p_logits[f[:kb]], f[kb:2 * kb], f[2 * kb:3 * kb], fl[:kb], fl[kb:],
+                              self.token_hash, nucleus)
+        self.r_out[:kb, 0].copy_(tok)
+        self.r_out[:kb, 1].copy_(lp)
 
     # --- prefill -----------------------------------------------------------------------------------
 
@@ -347,10 +360,11 @@ class DeviceBatch:
         return seq, table, tile, last, last + self.max_seqs
 
     def prefill(self, ids: list[int], positions: list[int], slots: list[int],
-                seqs: list[tuple[int, int, int, list[int]]], last: list[int]) -> torch.Tensor:
+                seqs: list[tuple[int, int, int, list[int]]], last: list[int]) -> None:
         """One pass over packed new tokens: sequence s owns tokens q_start..q_start+q_len of the pass,
-        the last of its ctx positions, in `pages`; returns the logits [len(last), vocab] of the tokens at
-        indices `last` (float32, on the device). The host's part is one staging copy and the pass."""
+        the last of its ctx positions, in `pages`; the logits of the tokens at indices `last` land in rows
+        0.. of `p_logits` (float32), where `first_tokens` reads them. The host's part is one staging copy and
+        the pass."""
         n, s = len(ids), len(seqs)
         assert n <= self.prefill_cap and s <= self.max_seqs, (n, s)
         size = max(2, n) if not self.graphs else max(PREFILL_BLOCK, 1 << (n - 1).bit_length())
@@ -370,7 +384,6 @@ class DeviceBatch:
         self.p_stage.send(end)
         self._host_seqs = host
         self._timed_run("prefill", ("prefill", size, tiles), lambda: self._prefill(size, tiles))
-        return self.p_logits[:len(last)]
 
     def _tiles(self, host, size: int, empty: int) -> int:
         """Programs of the prefill kernel: fixed per pass size with graphs (real tiles, then padding)."""

@@ -497,7 +497,7 @@ class PagedEngine:
             budget -= end - start
         done = [(req, q0 + qn - 1) for req, (q0, qn, end, _) in zip(reqs, seqs) if end == len(req.prompt)]
         t1 = time.perf_counter()
-        logits = self.batch.prefill(ids, positions, slots, seqs, [last for _, last in done])
+        self.batch.prefill(ids, positions, slots, seqs, [last for _, last in done])
         self.stats["prefill_build_s"] += t1 - t0
         self.stats["prefill_launch_s"] += time.perf_counter() - t1
         for req, (_, _, end, _) in zip(reqs, seqs):
@@ -506,7 +506,7 @@ class PagedEngine:
         self.stats["prefill_tokens"] += len(ids)
         self.stats["prefill_passes"] += 1
         if done:  # started before they leave `prefilling`: a failure there fails them with the pass
-            self._start_rows([req for req, _ in done], logits)
+            self._start_rows([req for req, _ in done])
         for req, _ in done:
             prefilling.remove(req)
         self.stats["prefill_s"] += time.perf_counter() - t0
@@ -518,9 +518,9 @@ class PagedEngine:
         for j in range(req.computed // p, end // p):
             req.parent = self.pool.register(req.pages[j], req.parent, req.prompt[j * p:(j + 1) * p])
 
-    def _start_rows(self, reqs: list[Request], logits: torch.Tensor) -> None:
-        """The rows of the requests whose prompts are in, from their prompts' last logits (`logits[j]`
-        for reqs[j]): each row's first token sampled, the prompt's whole pages shared, its partial last
+    def _start_rows(self, reqs: list[Request]) -> None:
+        """The rows of the requests whose prompts are in, from their prompts' last logits (row j of the
+        pass's for reqs[j]): each row's first token sampled, the prompt's whole pages shared, its partial last
         page copied; one device round trip for all of them."""
         p = self.page_size
         which, seeds, inv_t, top_p, copy_from, copy_to, starts = [], [], [], [], [], [], []
@@ -543,7 +543,7 @@ class PagedEngine:
                 top_p.append(req.top_p)
                 starts.append((req, seed, pages))
         t0 = time.perf_counter()
-        toks, lps = self.batch.first_tokens(logits, which, seeds, inv_t, top_p, copy_from, copy_to)
+        toks, lps = self.batch.first_tokens(which, seeds, inv_t, top_p, copy_from, copy_to)
         self.stats["first_tokens_s"] += time.perf_counter() - t0
         self._gpu_stats()
         for (req, seed, pages), t, logprob in zip(starts, toks, lps):
