@@ -16,7 +16,9 @@ sequence.
 What the host decides for a step or a pass (tokens, positions, page tables, a new layout of the rows,
 their sampling settings, the first tokens' inputs) crosses in one copy of one packed buffer (`Staging`),
 and a step's tokens come back in one: each torch call on the owner thread costs a wait for the GIL
-while episode threads run Python, so the host side makes as few calls as it can.
+while episode threads run Python, so the host side makes as few calls as it can. For the same reason
+what the device does with it is a graph replay too on a GPU: a new layout of the rows and a pass's first
+tokens (the rows' partial pages copied, their first tokens sampled), one graph per bucket of rows.
 """
 
 from __future__ import annotations
