@@ -5,14 +5,13 @@ with a tiny random model (deterministic: counts, not times; no GPU needed); what
 `tests/engines/host_calls.py`.
 
 Why count them: every torch call releases the GIL and takes it back, and while episode threads run
-Python, taking it back waits up to the thread switch interval (5 ms by default). On a GPU the model's
-forward and the sampler of a decode step or a prefill pass are one CUDA graph replay, so what the owner
-thread pays per step is about the number of calls its host code makes outside the captured step. This
-counts exactly those: torch functions, tensor methods and indexing called from `mirl/engines/paged/
+Python, taking it back waits up to the thread switch interval (0.5 ms in an engine's process). On a GPU
+a decode step, a new layout of the rows, a prefill pass and a pass's first tokens are each one CUDA graph
+replay, so what the owner thread pays is about the number of calls its host code makes outside them.
+This counts exactly those: torch functions, tensor methods and indexing called from `mirl/engines/paged/
 engine.py` or `batch.py` on the owner thread, outside `DeviceBatch._run` (whose step is the graph on a
-GPU; it counts as one call, the replay) and outside the sampler of the first tokens (one compiled call on a
-GPU, counted as one). The CPU path skips the pinned copies and events a GPU makes
-(about 6 a decode step: the staging copy, the output copy, its event, the wait), so a GPU's counts are a little higher;
+GPU; it counts as one call, the replay). The CPU path skips the pinned copies and events a GPU makes
+(about 4 a decode step: the staging copy, the output copy, its event, the wait; 2 a pass), so a GPU's counts are a little higher;
 indexing and views are counted too, though not every one of them gives the GIL away.
 
 The workload: `--episodes` threads, each its own prompt, `--turns` turns of up to 24 tokens with an

@@ -1,11 +1,12 @@
 """The torch calls the paged engine's host code makes on its owner thread, counted on a CPU.
 
 Every torch call gives the GIL away and takes it back, which costs up to the thread switch interval
-while other threads run Python; on a GPU a step's forward and sampler are one CUDA graph replay, so what
-the owner thread pays a step is about the calls its host code makes outside the captured step. Counted
-here: torch functions, tensor methods and indexing called from `mirl/engines/paged/engine.py` or
-`batch.py` on the owner thread, outside `DeviceBatch._run` (the replay counts as one) and outside the
-first tokens' sampler (one compiled call on a GPU, counted as one); by phase: a decode step (its launch
+while other threads run Python; on a GPU what `DeviceBatch._run` runs (a decode step, a new layout of
+the rows, a prefill pass, a pass's first tokens) is one CUDA graph replay, so what the owner thread pays
+is about the calls its host code makes outside those. Counted here: torch functions, tensor methods and
+indexing called from `mirl/engines/paged/engine.py` or `batch.py` on the owner thread, outside
+`DeviceBatch._run` (the replay counts as one) and, for older checkouts (`--repo`), outside the sampler of
+their first tokens (one compiled call on a GPU); by phase: a decode step (its launch
 and read-back), a prefill pass (with its rows' first tokens). Used by `benchmarks/engine_host_calls.py`
 and `tests/engines/test_paged.py`.
 """
@@ -80,7 +81,7 @@ def counting():
 
     try:
         B._run = as_one(B._run, graphs_key=True)
-        engine_mod.sampler.sample = as_one(engine_mod.sampler.sample)  # engines made inside sample with it
+        engine_mod.sampler.sample = as_one(engine_mod.sampler.sample)  # older engines sampled first tokens outside `_run`
         E._launch, E._collect = phase("decode", E._launch), phase("decode", E._collect)
         E._prefill_pass = phase("prefill", E._prefill_pass)
         E._serve = counted_serve
