@@ -113,12 +113,39 @@ def concurrently(fn, args):
     return out
 
 
-def padded(e: PagedEngine) -> list[tuple[int, int]]:
+GRAPH_BOOKKEEPING = {"_graphs", "_pool", "_pools", "_failed_graphs", "_eager", "_scratch", "captured", "failed_captures",
+                     "_timed"}
+
+
+def padded(e: PagedEngine, replay: bool = False) -> list[tuple[int, int]]:
     """Pad `e`'s decode steps to buckets as on a GPU (where graphs replay fixed shapes), eagerly here;
-    returns the (rows, bucket) pairs of the steps to come."""
+    returns the (rows, bucket) pairs of the steps to come. With `replay`, the batch's `_run` acts as a
+    CUDA graph does: the first step run for a key is the one every later run of that key runs (the Python
+    values it was built with are baked in), and a step may change none of the batch's host attributes (a
+    replay runs no Python)."""
+    from mirl.engines.paged.batch import BUCKETS
+
     e._allocate()
-    e.batch.padded = True
-    seen, bucket_for = [], e.batch.bucket_for
+    b = e.batch
+    assert b.max_rows in BUCKETS, "buffers are sized for max_rows: pad only where that is a bucket"
+    b.padded = True
+    seen, bucket_for = [], b.bucket_for
+
+    if replay:
+        first: dict = {}
+
+        def host(obj) -> dict:
+            return {k: v if isinstance(v, (int, float, str, bool, tuple, type(None))) else id(v)
+                    for k, v in vars(obj).items() if k not in GRAPH_BOOKKEEPING and not isinstance(v, torch.Tensor)}
+
+        def run(key, step):
+            step = first.setdefault(key, step)
+            before = host(b)
+            step()
+            after = host(b)
+            assert before == after, (key, {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)})
+
+        b._run = run
 
     def record(rows):
         seen.append((rows, bucket_for(rows)))
@@ -128,14 +155,15 @@ def padded(e: PagedEngine) -> list[tuple[int, int]]:
     return seen
 
 
-@pytest.mark.parametrize("pad", [False, True], ids=["exact", "padded"])
+@pytest.mark.parametrize("pad", [False, True, "replay"], ids=["exact", "padded", "replayed"])
 def test_requests_join_and_leave_a_running_batch_and_each_gets_what_it_gets_alone(checkpoint, pad):
     """Twelve threads with their own prompts, sample counts, lengths and temperatures: they decode in
     shared steps (far fewer steps than alone, more than one row at a time), and every sample equals
     the same request run alone on a fresh engine; also with the steps padded to buckets, as on a GPU
-    (padding slots must write only page 0, and a new layout keeps each row's pages)."""
+    (padding slots must write only page 0, and a new layout keeps each row's pages), and with the device
+    steps replayed as graphs replay them."""
     busy = make(checkpoint)
-    seen = padded(busy) if pad else []
+    seen = padded(busy, replay=pad == "replay") if pad else []
     ps = prompts(busy, 12)
     args = [(p, list(range(i % 3 + 1)), 6 + 3 * (i % 4), 0.0 if i % 4 == 0 else 0.9, 1.0, i) for i, p in enumerate(ps)]
     both = concurrently(lambda *a: busy.generate_tokens(*a), args)
@@ -167,14 +195,14 @@ def test_a_row_draws_the_same_in_an_empty_and_in_a_busy_batch(checkpoint):
     e.close()
 
 
-@pytest.mark.parametrize("pad", [False, True], ids=["exact", "padded"])
+@pytest.mark.parametrize("pad", [False, True, "replay"], ids=["exact", "padded", "replayed"])
 def test_requests_whose_prompts_go_in_together_start_in_one_call_and_each_draws_as_alone(checkpoint, monkeypatch, pad):
     """Six requests queued before the owner thread runs go in in one prefill pass, and their rows' first
     tokens are sampled in one batched call (each row from its own prompt's logits, with its own seed,
     temperature and top-p, its partial last page copied): every sample still equals the request alone;
-    also with the decode steps padded to a bucket of rows, as on a GPU."""
+    also with the decode steps padded to a bucket of rows, as on a GPU, and replayed as graphs replay them."""
     e = make(checkpoint, prefill_tokens=512)
-    seen = padded(e) if pad else []
+    seen = padded(e, replay=pad == "replay") if pad else []
     ps = prompts(e, 6)
     args = [(p, list(range(i % 3 + 1)), 8, (0.0, 0.7, 1.0)[i % 3], (1.0, 0.8)[i % 2], 50 + i) for i, p in enumerate(ps)]
     assert len({len(p) % e.page_size for p in ps}) > 1  # partial last pages of different lengths
@@ -592,3 +620,21 @@ def test_a_process_sizes_its_kv_pages_from_its_share_of_the_gpu(monkeypatch):
         monkeypatch.setenv(GPU_SHARE_ENV, bad)
         with pytest.raises(ValueError, match=f"MIRL_GPU_SHARE='{bad}'"):
             gpu_share()
+
+
+def test_a_staging_ring_sends_each_buffer_what_was_just_written_in_it():
+    """The GPU path of `Staging` (a ring of host buffers, one copy a send, its slices made once per buffer
+    and length), between CPU tensors: round the ring three times with alternating lengths, each send
+    carries what was just written into the buffer it sends from."""
+    from mirl.engines.paged.batch import RING, Clock, Staging
+
+    s = Staging(64, torch.device("cpu"), Clock())
+    s.cuda = True
+    s.host = [torch.zeros(64, dtype=torch.long) for _ in range(RING)]
+    s.arrays, s.sent = [h.numpy() for h in s.host], [0] * RING
+    for step in range(3 * RING):
+        n = (8, 16)[step % 2]
+        a = s.begin()
+        a[:n] = step + 1
+        s.clock.synced = s.clock.enqueued
+        assert (s.send(n)[:n] == step + 1).all(), step

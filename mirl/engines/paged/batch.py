@@ -106,8 +106,8 @@ class Layout:
     """The rows of the next decode step when they changed: slot i holds old slot keep[i] (its token to
     feed stays where the device wrote it), then the new rows (their first tokens and page tables); per
     row in the new order its position, steps sampled so far and sampling settings. On the device a
-    layout is a fixed function of the bucket (a graph per bucket): the staging holds every slot's fields
-    and a page table for each, which only new slots read."""
+    layout is a fixed function of the bucket (a graph per bucket): the staging holds every slot's fields,
+    and the new rows' page tables, which new slots pick by index (the rest of that region is never read)."""
 
     keep: list[int]
     new_tokens: list[int]
@@ -169,7 +169,7 @@ class DeviceBatch:
         self.attn_out = torch.zeros(r + 1, pm.heads, pm.dim, dtype=dt, device=dev)
         self.bucket = 0  # the rows laid out in the buffers, padded to this
         # a decode step's staging: the page-table entries rows move into (3 x bucket), then a new layout
-        self.s_stage = Staging(3 * r + 9 * r + r * width, dev, self.clock)  # what `_stage_layout` writes
+        self.s_stage = Staging(3 * r + 11 * r + r * width, dev, self.clock)  # what `_stage_layout` writes
         # prefill: per token (id, position, slot); per sequence (q_start, q_len, ctx) and page table, plus
         # an empty one (index max_seqs) for padding tiles; the tile table; the rows whose logits are wanted
         cap, s1 = self.prefill_cap, max_seqs + 1
@@ -239,10 +239,10 @@ class DeviceBatch:
     def _stage_layout(self, a: np.ndarray, o: int, bucket: int, lay: Layout) -> int:
         """Writes a layout into the staging buffer from offset o: per slot the old slot its token comes
         from, whether it is new (padding too: token 0), its new token, position, position + 1, steps, seed,
-        inverse temperature and top-p bits; then a page table per slot, zeros except the new rows'. Returns the
-        end."""
+        inverse temperature and top-p bits, which new row's page table it takes, whether it is a row (not
+        padding); then the new rows' page tables. Returns the end."""
         k, rows, b = len(lay.keep), len(lay.positions), bucket
-        a[o:o + 9 * b] = 0
+        a[o:o + 11 * b] = 0
         a[o:o + k] = lay.keep  # new and padding slots read slot 0's token, which they do not use
         a[o + b + k:o + 2 * b] = 1
         a[o + 2 * b + k:o + 2 * b + rows] = lay.new_tokens
@@ -254,16 +254,20 @@ class DeviceBatch:
         fl = np.ones((2, b), dtype=np.float32)  # padding samples at T = 1 without top-p
         fl[0, :rows], fl[1, :rows] = lay.inv_temperature, lay.top_p
         a[o + 7 * b:o + 9 * b] = fl.view(np.int32).reshape(-1)
-        o, w = o + 9 * b, self.width
-        a[o:o + b * w] = 0
-        for i, pages in enumerate(lay.new_pages, start=k):  # new rows sit in slots k, k + 1, ...
+        a[o + 9 * b + k:o + 9 * b + rows] = range(rows - k)  # new rows sit in slots k, k + 1, ...
+        a[o + 10 * b:o + 10 * b + rows] = 1
+        o, w, new = o + 11 * b, self.width, len(lay.new_pages)
+        a[o:o + new * w] = 0
+        for i, pages in enumerate(lay.new_pages):
             a[o + i * w:o + i * w + len(pages)] = pages
-        return o + b * w
+        return o + new * w
 
     def _layout(self, f: torch.Tensor, o: int, bucket: int) -> None:
         """Lay the rows out again from the staged layout. Its shapes depend on the bucket alone, so on a
-        GPU it is one graph replay, where eagerly it is some fourteen calls. New and padding slots take
-        their token and page table from the staging (padding: zeros), kept ones from their old slot."""
+        GPU it is one graph replay, where eagerly it is some sixteen calls. New and padding slots take
+        their token from the staging, new slots their page table too, kept ones both from their old slot;
+        padding slots get an empty page table. The staged tables are read as a bucket's worth, of which
+        only the new rows' were sent: the others are stale and picked by no slot."""
         b, w = bucket, self.width
         perm = f[o:o + b]
         fresh = f[o + b:o + 2 * b].bool()
@@ -272,8 +276,9 @@ class DeviceBatch:
         self.state[1:4, :b] = f[o + 3 * b:o + 6 * b].view(3, b)
         self.seeds[:b] = f[o + 6 * b:o + 7 * b]
         self.fparams[:, :b] = f[o + 7 * b:o + 9 * b].to(torch.int32).view(torch.float32).view(2, b)
-        staged = f[o + 9 * b:o + 9 * b + b * w].view(b, w).to(torch.int32)
-        self.table[:b] = torch.where(fresh[:, None], staged, self.table[perm])
+        staged = f[o + 11 * b:o + 11 * b + b * w].view(b, w)[f[o + 9 * b:o + 10 * b]].to(torch.int32)
+        table = torch.where(fresh[:, None], staged, self.table[perm])
+        self.table[:b] = torch.where(f[o + 10 * b:o + 11 * b].bool()[:, None], table, 0)
 
     def _decode(self, bucket: int, nucleus: bool) -> None:
         """Give rows entering a page that page, feed each row's token, sample the next, and advance the
