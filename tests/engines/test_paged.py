@@ -302,6 +302,24 @@ def test_the_host_side_of_a_step_and_of_a_pass_makes_few_torch_calls(checkpoint)
     assert 2 <= got["host_calls_per_prefill_pass"] <= 4, got
 
 
+def test_rows_that_end_at_their_first_token_give_their_pages_back(checkpoint):
+    """A row whose first token ends it (max_tokens 1, or a stop id) never decodes: its own partial page and
+    its hold on the prompt's pages go back when it starts, or the pool runs dry request by request."""
+    e = make(checkpoint)
+    ids = e.prompt_ids(TASK)
+    ids = ids[:len(ids) - (len(ids) % e.page_size == 0)]  # a partial last page: each row copies it into its own
+    first = e.generate_tokens(ids, [0], max_tokens=2, temperature=0.0).samples[0].ids[0]
+    for _ in range(3):
+        assert [len(s.ids) for s in e.generate_tokens(ids, [0, 1, 2], max_tokens=1).samples] == [1, 1, 1]
+        stopped = e.generate_tokens(ids, [0, 1], max_tokens=8, temperature=0.0, stop_ids=[first]).samples
+        assert [s.finish_reason for s in stopped] == ["stop", "stop"]
+        deadline = time.time() + 30  # the owner frees the last step's pages just after answering
+        while e.pool.in_use and time.time() < deadline:
+            time.sleep(0.01)
+        assert e.pool.in_use == 0 and e.pool.reserved == 0
+    e.close()
+
+
 def test_a_long_prompt_prefills_in_chunks_between_decode_steps(checkpoint):
     """A short request that starts decoding while a 400-token prompt prefills (16 tokens a step)
     finishes before that prompt is in: chunks of prefill do not stall the decoding rows."""

@@ -552,6 +552,8 @@ class PagedEngine:
                       registered=n // p)
             req.rows.append(row)
             self._accept(row, t, logprob)
+            if row.done:  # ended at its first token: it never decodes, so nothing else gives its pages back
+                self.pool.release(row.pages)  # (its partial page's copy has run: the first tokens were read)
         now = time.perf_counter()
         for req in reqs:
             self.pool.release(req.pages)
