@@ -1,5 +1,5 @@
 """python3 benchmarks/gpu/engine_bench.py [--sections checks,attention,precision,group,agents,contention,nano,handoff] [--quick]
-       [--shapes smollm2-135m,qwen3-1.7b] [--busy 0,8] [--intervals 0.005,0.0005]
+       [--shapes smollm2-135m,qwen3-1.7b] [--busy 0,8] [--intervals 0.005,0.0005] [--ahead 0,1,2]
 
 The continuous-batching engine (`mirl.engines.paged.PagedEngine`) on one GPU, randomly initialised
 models of published shapes (`shapes.py`) in bf16 with a word-level tokenizer. Sections, in one call:
@@ -16,7 +16,8 @@ models of published shapes (`shapes.py`) in bf16 with a word-level tokenizer. Se
 - agents: N concurrent episodes (threads), each its own 500-2,000-token prompt, 4 turns of 128
   sampled tokens with a 100-400-token observation appended between turns; against one group call of
   the same rows (N x 512 from one 1,250-token prompt) and plain `model.generate` (N rows, the floor).
-  Timed on a second pass (other prompts): the first captures the graphs of its batch sizes.
+  Timed on a second pass (other prompts): the first captures the graphs of its batch sizes. `--ahead`:
+  timed once per number of prefill passes the engine keeps out beside the decode steps (0: none).
 - contention: `agents` (SmolLM2, N = 64) beside threads that run Python half the time, at the default
   and at a 0.5 ms thread switch interval: what the GIL costs the engine's owner thread.
 - nano: nano-vllm's benchmark shape (256 sequences, inputs 100-1,024, outputs 100-1,024 tokens, end
@@ -102,7 +103,7 @@ def run_threads(e, threads):
 def stats_delta(before: dict, after: dict) -> dict:
     return {k: round(after[k] - before[k], 4) if isinstance(after[k], float) else after[k] - before[k]
             for k in ("decode_s", "prefill_s", "host_s", "steps", "row_steps", "prefill_tokens", "cached_tokens",
-                      "prefill_passes")}
+                      "prefill_passes", "steps_beside_passes", "gpu_decode_s", "gpu_prefill_s") if k in after}
 
 
 # --- checks ----------------------------------------------------------------------------------------
@@ -437,26 +438,38 @@ def group_rows(e: PagedEngine, name: str) -> dict:
     return row
 
 
-def agents_rows(e: PagedEngine, name: str, sizes) -> list[dict]:
+def agents_rows(e: PagedEngine, name: str, sizes, ahead=(None,)) -> list[dict]:
+    """Per N, the agents workload warm, once per `prefill_ahead` in `ahead` (None: the engine's default),
+    side by side on the same engine, against one group call of N rows and plain `generate`."""
     out = []
+    default = getattr(e, "prefill_ahead", None)  # (older engines: none)
     for n in sizes:
         # a first pass captures the decode and prefill graphs of this many rows (and compiles): timed
         # alone, it reads as a slower engine (2026-12-06: N = 64 at 10,202 cold against 17,926 warm)
         cold = agents(e, n, seed=1)
-        a = agents(e, n)
+        runs = []
+        for v in ahead:
+            if v is not None:
+                e.prefill_ahead = v
+            runs.append((getattr(e, "prefill_ahead", None), agents(e, n)))
+        if default is not None:
+            e.prefill_ahead = default
         g = group_call(e, n, 1250, 512, seed=7)
         plain = plain_generate(e.model, min(n, 64), 1250, 64)  # 256 rows of 1,250 tokens: no memory for its logits
-        out.append({"shape": name, "episodes": n, "agents_tokens_per_s": a["tokens_per_s"],
-                    "cold_tokens_per_s": cold["tokens_per_s"],
-                    "group_tokens_per_s": g["tokens_per_s"],
-                    "ratio_to_group": round(a["tokens_per_s"] / g["tokens_per_s"], 2),
-                    "plain_tokens_per_s": plain["tokens_per_s"],
-                    "ratio_to_plain": round(a["tokens_per_s"] / plain["tokens_per_s"], 1),
-                    "agents_step_ms": a["step_ms"], "group_step_ms": g["step_ms"], "mean_rows": a["mean_rows"],
-                    "agents_s": a["seconds"], "decode_s": a["decode_s"], "prefill_s": a["prefill_s"],
-                    "host_s": a["host_s"], "prefill_tokens": a["prefill_tokens"],
-                    "cached_tokens": a["cached_tokens"], "errors": a["errors"]})
-        print(out[-1], flush=True)
+        for v, a in runs:
+            out.append({"shape": name, "episodes": n, "prefill_ahead": v, "agents_tokens_per_s": a["tokens_per_s"],
+                        "cold_tokens_per_s": cold["tokens_per_s"],
+                        "group_tokens_per_s": g["tokens_per_s"],
+                        "ratio_to_group": round(a["tokens_per_s"] / g["tokens_per_s"], 2),
+                        "plain_tokens_per_s": plain["tokens_per_s"],
+                        "ratio_to_plain": round(a["tokens_per_s"] / plain["tokens_per_s"], 1),
+                        "agents_step_ms": a["step_ms"], "group_step_ms": g["step_ms"], "mean_rows": a["mean_rows"],
+                        "agents_s": a["seconds"], "decode_s": a["decode_s"], "prefill_s": a["prefill_s"],
+                        "host_s": a["host_s"], "prefill_tokens": a["prefill_tokens"],
+                        "steps": a["steps"], "steps_beside_passes": a.get("steps_beside_passes"),
+                        "gpu_decode_s": a.get("gpu_decode_s"), "gpu_prefill_s": a.get("gpu_prefill_s"),
+                        "cached_tokens": a["cached_tokens"], "errors": a["errors"]})
+            print(out[-1], flush=True)
     return out
 
 
@@ -544,6 +557,8 @@ def main() -> None:
     ap.add_argument("--shapes", default="smollm2-135m,qwen3-1.7b", help="model shapes of the engine sections")
     ap.add_argument("--busy", default="0,8", help="contention: numbers of busy Python threads beside the episodes")
     ap.add_argument("--intervals", default="0.005,0.0005", help="contention: thread switch intervals (s)")
+    ap.add_argument("--ahead", default="", help="agents: prefill passes ahead to compare, e.g. 0,1,2 (default: "
+                    "the engine's)")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     RESULTS["env"] = shapes.environment()
@@ -589,7 +604,8 @@ def main() -> None:
             if "group" in sections:
                 run("group", group_rows, e, name)
             if "agents" in sections:
-                run("agents", agents_rows, e, name, (16, 64) if args.quick else (16, 64, 256))
+                run("agents", agents_rows, e, name, (16, 64) if args.quick else (16, 64, 256),
+                    tuple(int(v) for v in args.ahead.split(",")) if args.ahead else (None,))
             if "prefill" in sections:
                 run("prefill", prefill_rows, e, name)
             if "contention" in sections and name == "smollm2-135m":

@@ -155,15 +155,33 @@ def padded(e: PagedEngine, replay: bool = False) -> list[tuple[int, int]]:
     return seen
 
 
-@pytest.mark.parametrize("pad", [False, True, "replay"], ids=["exact", "padded", "replayed"])
-def test_requests_join_and_leave_a_running_batch_and_each_gets_what_it_gets_alone(checkpoint, pad):
+def late_first_tokens(monkeypatch, polls: int = 3) -> None:
+    """First tokens come back only after `polls` asks, as a pass on a GPU's side stream does while decode
+    steps run (on a CPU everything is done by the time it is launched)."""
+    from mirl.engines.paged.batch import Flight
+
+    asked: dict = {}
+
+    def ready(self):
+        asked[id(self)] = asked.get(id(self), 0) + 1
+        return asked[id(self)] > polls
+
+    monkeypatch.setattr(Flight, "ready", ready)
+
+
+@pytest.mark.parametrize("pad", [False, True, "replay", "late"], ids=["exact", "padded", "replayed", "late"])
+def test_requests_join_and_leave_a_running_batch_and_each_gets_what_it_gets_alone(checkpoint, pad, monkeypatch):
     """Twelve threads with their own prompts, sample counts, lengths and temperatures: they decode in
     shared steps (far fewer steps than alone, more than one row at a time), and every sample equals
     the same request run alone on a fresh engine; also with the steps padded to buckets, as on a GPU
-    (padding slots must write only page 0, and a new layout keeps each row's pages), and with the device
-    steps replayed as graphs replay them."""
+    (padding slots must write only page 0, and a new layout keeps each row's pages), with the device
+    steps replayed as graphs replay them, and with prefill passes' first tokens coming back late (up to
+    two passes ahead), so that rows decode while passes are out and join when their tokens are back."""
     busy = make(checkpoint)
-    seen = padded(busy, replay=pad == "replay") if pad else []
+    seen = padded(busy, replay=pad == "replay") if pad in (True, "replay") else []
+    if pad == "late":
+        late_first_tokens(monkeypatch)
+        busy.prefill_ahead = 2
     ps = prompts(busy, 12)
     args = [(p, list(range(i % 3 + 1)), 6 + 3 * (i % 4), 0.0 if i % 4 == 0 else 0.9, 1.0, i) for i, p in enumerate(ps)]
     both = concurrently(lambda *a: busy.generate_tokens(*a), args)
@@ -178,9 +196,24 @@ def test_requests_join_and_leave_a_running_batch_and_each_gets_what_it_gets_alon
             assert max_diff(teacher_forced_logprobs(busy.model, a[0], s.ids, a[3] if a[3] > 0 else 1.0), s.logprobs) < 1e-4
     assert steps_together < solo.stats["steps"] / 2
     assert busy.pool.in_use == 0 and busy.pool.reserved == 0  # every page freed (cached ones wait idle), none promised
-    assert not pad or any(b > r for r, b in seen), seen  # steps with padding slots ran
+    assert pad not in (True, "replay") or any(b > r for r, b in seen), seen  # steps with padding slots ran
+    assert (busy.stats["steps_beside_passes"] > 0) == (pad == "late"), busy.stats  # rows decoded while passes were out
     busy.close()
     solo.close()
+
+
+def test_rows_whose_first_tokens_are_out_count_against_max_rows(checkpoint, monkeypatch):
+    """A pass's requests wait for their first tokens outside both the prefilling list and the decoding rows:
+    admission still counts their rows, or more rows than the buffers hold would join one step."""
+    late_first_tokens(monkeypatch, polls=2)
+    e = make(checkpoint, max_rows=4, prefill_tokens=8)
+    e.prefill_ahead = 2
+    ps = prompts(e, 6)
+    args = [(p, [0, 1], 8, 1.0, 1.0, i) for i, p in enumerate(ps)]
+    outs = concurrently(lambda *a: e.generate_tokens(*a), args)
+    assert all(len(s.ids) == 8 for o in outs for s in o.samples)
+    assert e.stats["steps_beside_passes"] > 0 and e.stats["max_rows_seen"] <= 4, e.stats
+    e.close()
 
 
 def test_a_row_draws_the_same_in_an_empty_and_in_a_busy_batch(checkpoint):
@@ -369,13 +402,14 @@ def test_stop_ids_and_max_tokens_per_request(engine):
 
 
 def test_a_prefill_pass_s_time_is_split_into_its_parts(checkpoint):
-    """What e2e_bench reads to say where a pass goes: building, launching, first tokens; each counted."""
+    """What e2e_bench reads to say where a pass goes: building, launching, first tokens launched (each
+    counted, within the pass's time), then their read-back and the rows' start (after it)."""
     e = make(checkpoint)
     e.generate_tokens(e.prompt_ids(TASK), [0, 1], max_tokens=3, temperature=0.0)
     s = e.stats
     parts = s["prefill_build_s"] + s["prefill_launch_s"] + s["first_tokens_s"]
     assert s["prefill_build_s"] > 0 and s["prefill_launch_s"] > 0 and s["first_tokens_s"] > 0
-    assert parts <= s["prefill_s"]
+    assert parts <= s["prefill_s"] and s["first_read_s"] > 0
     assert s["gpu_decode_s"] == s["gpu_prefill_s"] == 0  # no CUDA events off a GPU
     e.close()
 
@@ -596,7 +630,7 @@ def test_a_key_whose_capture_failed_runs_eagerly_and_is_not_captured_again(monke
             pass
 
     @contextlib.contextmanager
-    def failing_graph(graph, pool=None, capture_error_mode=None):
+    def failing_graph(graph, pool=None, stream=None, capture_error_mode=None):
         captures.append(pool)
         yield
         raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
@@ -610,8 +644,9 @@ def test_a_key_whose_capture_failed_runs_eagerly_and_is_not_captured_again(monke
     monkeypatch.setattr(cuda, "graph", failing_graph)
     monkeypatch.setattr(cuda, "set_stream", streams_set.append)
     monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", lambda device, pool: None, raising=False)
-    b = types.SimpleNamespace(graphs=True, compiled=True, device=torch.device("cuda", 0), _graphs={}, _pool=None,
-                              _failed_graphs=[], _eager=set(), captured=0, failed_captures=0)
+    b = types.SimpleNamespace(graphs=True, compiled=True, device=torch.device("cuda", 0), _graphs={}, _pool={},
+                              _capture={"decode": Stream(), "side": Stream()}, _failed_graphs=[], _eager=set(),
+                              captured=0, failed_captures=0)
     b._abandon_pool = types.MethodType(DeviceBatch._abandon_pool, b)
     runs = []
     key = ("decode", 8, False)
@@ -619,7 +654,7 @@ def test_a_key_whose_capture_failed_runs_eagerly_and_is_not_captured_again(monke
     # the warm-up, whose outputs are the step's, and the capture (which runs nothing on a GPU); not a
     # third run: a decode step advances its rows, so running it again would skip a token
     assert len(runs) == 2
-    assert key in b._eager and b.failed_captures == 1 and b._pool is None and len(streams_set) == 1
+    assert key in b._eager and b.failed_captures == 1 and b._pool["decode"] is None and len(streams_set) == 1
     for _ in range(3):
         DeviceBatch._run(b, key, lambda: runs.append(1))
     assert len(runs) == 5 and len(captures) == 1 and b.captured == 0

@@ -13,6 +13,16 @@ on a GPU the pass is padded to a power-of-two number of tokens and replayed as a
 Padding tokens go to page 0, which nobody reads; padding tiles of the attention point at an empty
 sequence.
 
+Prefill passes and their rows' first tokens run on a second CUDA stream, beside the decode steps: a decode
+step of a few dozen rows leaves most of the GPU's arithmetic idle, and a pass of thousands of tokens would
+otherwise stall every decoding row for its whole length. The engine reads a pass's first tokens when they
+are back (`Flight.ready`) instead of waiting for them. Nothing either stream writes is read by the other
+before the host has seen it done: a pass writes pages no decoding row holds (fresh ones, or pages the host
+freed after reading the last step that wrote them), and new rows join the decode steps only once their
+pass's first tokens (and the copies of their partial pages) have come back. Each stream's graphs have their
+own memory pool and were captured on their own capture stream (cuBLAS keeps a workspace per stream, which
+a graph captures: graphs that may run at once must not share one).
+
 What the host decides for a step or a pass (tokens, positions, page tables, a new layout of the rows,
 their sampling settings, the first tokens' inputs) crosses in one copy of one packed buffer (`Staging`),
 and a step's tokens come back in one: each torch call on the owner thread costs a wait for the GIL
@@ -23,6 +33,7 @@ tokens (the rows' partial pages copied, their first tokens sampled), one graph p
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,8 +61,8 @@ def float_bits(values: Sequence[float]) -> np.ndarray:
 
 
 class Clock:
-    """Counts what the host enqueued on the device and what it knows has run (a read-back waited for it),
-    so a staging buffer is written again without a wait when its copy is known done."""
+    """Counts what the host enqueued on one stream and what it knows has run there (a read-back waited for
+    it), so a staging buffer is written again without a wait when its copy is known done."""
 
     def __init__(self) -> None:
         self.enqueued = self.synced = 0
@@ -84,7 +95,7 @@ class Staging:
         """The next host buffer to fill."""
         self.i = (self.i + 1) % len(self.host)
         if self.cuda and self.sent[self.i] > self.clock.synced:  # rare: the ring went round before a read-back
-            torch.cuda.current_stream(self.dev.device).synchronize()
+            torch.cuda.synchronize(self.dev.device)
             self.clock.synced = self.clock.enqueued
         return self.arrays[self.i]
 
@@ -121,16 +132,26 @@ class Layout:
 
 @dataclass
 class Flight:
-    """A launched decode step whose tokens (and their logprobs) are on their way back."""
+    """Launched device work whose tokens (and their logprobs) are on their way back: a decode step's, or a
+    prefill pass's first tokens of new rows (none for a pass that completed no prompt)."""
 
-    rows: list[Any]  # the engine's rows, in slot order
-    out: np.ndarray  # [>= rows, 2] float64: token id, logprob per slot (a view of a pinned ring buffer on a GPU)
-    mark: int  # the clock when it was launched
+    rows: list[Any]  # one entry per row: the engine's rows in slot order, or the pass's rows
+    out: np.ndarray | None  # [>= rows, 2] float64: token id, logprob (a view of a pinned ring buffer on a GPU)
+    mark: int  # its stream's clock when it was launched
     event: Any = None
+    clock: Clock | None = None  # its stream's
+
+    def ready(self) -> bool:
+        """Whether it has run (a torch call on a GPU: the engine asks while it has other work)."""
+        return self.event is None or self.event.query()
 
     def result(self) -> tuple[list[int], list[float]]:
         if self.event is not None:
             self.event.synchronize()
+        if self.clock is not None:
+            self.clock.synced = max(self.clock.synced, self.mark)
+        if not self.rows:
+            return [], []
         pairs = self.out[:len(self.rows)].tolist()  # numpy: no torch call, the GIL kept
         return [int(t) for t, _ in pairs], [lp for _, lp in pairs]
 
@@ -150,7 +171,11 @@ class DeviceBatch:
             else int(prefill_tokens)
         dev, dt = self.device, pm.dtype
         cuda = dev.type == "cuda"
-        self.clock = Clock()
+        self.clock = Clock()  # the decode steps' stream
+        self.side_clock = Clock()  # the prefill passes' stream
+        # decode steps on a high-priority stream, so the block scheduler runs theirs first when a pass is beside
+        self.stream = torch.cuda.Stream(dev, priority=-1) if cuda else None
+        self.side_stream = torch.cuda.Stream(dev) if cuda else None
         # decode slots: up to the largest bucket, plus a spare one (index `spare`) that padding reads from
         # and writes to: its page-table row stays zeros (page 0, which nobody reads)
         r = self.bucket_for(max_rows)
@@ -179,13 +204,20 @@ class DeviceBatch:
         self.p_tiles = torch.zeros(2, cap // PREFILL_BLOCK + s1 + 1, dtype=torch.int32, device=dev)
         self.p_last = torch.zeros(max_seqs, dtype=torch.long, device=dev)
         self.p_logits = torch.zeros(max_seqs, pm.vocab, dtype=torch.float32, device=dev)
-        self.p_stage = Staging(3 * cap + 3 * s1 + s1 * width + 2 * self.p_tiles.shape[1] + max_seqs, dev, self.clock)
+        self.p_stage = Staging(3 * cap + 3 * s1 + s1 * width + 2 * self.p_tiles.shape[1] + max_seqs, dev,
+                               self.side_clock)
         # the first tokens of new rows: per row (logits row, seed, step, inverse temperature, top-p), then
         # the KV slots of their partial last pages to copy (from, to)
-        self.r_stage = Staging(5 * r + 2 * r * page, dev, self.clock)
+        self.r_stage = Staging(5 * r + 2 * r * page, dev, self.side_clock)
         self.r_out = torch.zeros(r, 2, dtype=torch.float64, device=dev)  # their (token, logprob)
+        self.r_host = [torch.zeros(r, 2, dtype=torch.float64).pin_memory() for _ in range(RING)] if cuda else []
+        self.r_np = [h.numpy() for h in self.r_host] if cuda else [self.r_out.numpy()]
+        self.r_events = [torch.cuda.Event() for _ in range(RING)] if cuda else []
+        self._r_i = 0
         self._graphs: dict[tuple, Any] = {}
-        self._pool = None
+        # per stream ("decode": steps and layouts; "side": passes and first tokens) a graph pool and a capture stream
+        self._pool: dict[str, Any] = {}
+        self._capture = {lane: torch.cuda.Stream(dev) for lane in ("decode", "side")} if cuda else {}
         self._failed_graphs: list[Any] = []
         self._eager: set[tuple] = set()  # keys whose capture failed
         self._scratch: dict[int, Any] = {}
@@ -195,6 +227,8 @@ class DeviceBatch:
         self.gpu_timing = gpu_timing and cuda
         self.gpu_s = {"decode": 0.0, "prefill": 0.0}
         self._timed: list[tuple[str, Any, Any]] = []
+        if cuda:  # the buffers above were made on the current stream; both streams use them
+            torch.cuda.synchronize(dev)
 
     # --- decode ------------------------------------------------------------------------------------
 
@@ -226,13 +260,12 @@ class DeviceBatch:
             i = self._out_i = (self._out_i + 1) % RING
             self.out_host[i].copy_(self.out, non_blocking=True)  # whole (a few KiB): slicing is a torch call
             self.out_events[i].record()
-            return Flight(list(rows), self.out_np[i], mark, self.out_events[i])
-        return Flight(list(rows), self.out_np[0][:bucket].copy(), mark)
+            return Flight(list(rows), self.out_np[i], mark, self.out_events[i], self.clock)
+        return Flight(list(rows), self.out_np[0][:bucket].copy(), mark, clock=self.clock)
 
     def read(self, flight: Flight) -> tuple[list[int], list[float]]:
-        """A launched step's tokens and logprobs, waited for."""
+        """A launched step's (or first tokens') tokens and logprobs, waited for."""
         result = flight.result()
-        self.clock.synced = max(self.clock.synced, flight.mark)
         self._read_timings()
         return result
 
@@ -315,12 +348,13 @@ class DeviceBatch:
     # --- first tokens ------------------------------------------------------------------------------
 
     def first_tokens(self, which: Sequence[int], seeds: Sequence[int], inv_temperature: Sequence[float],
-                     top_p: Sequence[float], copy_from: Sequence[int], copy_to: Sequence[int]) -> tuple[list[int], list[float]]:
+                     top_p: Sequence[float], copy_from: Sequence[int], copy_to: Sequence[int]) -> Flight:
         """New rows' first tokens, row i sampled from row `which[i]` of the last prefill pass's logits (its
         prompt's last) with its own seed at step 0, and the KV of the rows' partial last pages copied slot by
         slot (each row owns that page from now on). The host's part is one staging copy, the step (a graph
         replay on a GPU, per bucket of rows: padding rows sample from row 0, padding copies move slot 0 onto
-        itself) and one read-back, for every row that starts."""
+        itself) and one read-back, for every row that starts: the returned Flight's tokens, waited for by whoever
+        reads them (launch it in `side()`: it follows the pass on the side stream)."""
         k, m = len(which), len(copy_from)
         kb = self.bucket_for(k)
         mb = kb * self.page if self.padded else m  # a row copies less than a page
@@ -334,11 +368,25 @@ class DeviceBatch:
         self.r_stage.send(5 * kb + 2 * mb)
         nucleus = any(t < 1 for t in top_p)
         self._run(("first", kb, nucleus), lambda: self._first(kb, mb, nucleus))
-        self.clock.tick()
-        pairs = self.r_out.tolist()  # whole (a few KiB), waited for: slicing is a torch call
-        self.clock.synced = self.clock.enqueued
-        self._read_timings()
-        return [int(t) for t, _ in pairs[:k]], [x for _, x in pairs[:k]]
+        return self._flight(list(which))
+
+    def pass_done(self) -> Flight:
+        """A mark after a pass that completed no prompt: when it is ready, its staging may be written again."""
+        return self._flight([])
+
+    def _flight(self, rows: list[Any]) -> Flight:
+        mark = self.side_clock.tick()
+        if self.device.type != "cuda":
+            return Flight(rows, self.r_np[0][:len(rows)].copy(), mark, clock=self.side_clock)
+        i = self._r_i = (self._r_i + 1) % RING
+        if rows:
+            self.r_host[i].copy_(self.r_out, non_blocking=True)  # whole (a few KiB): slicing is a torch call
+        self.r_events[i].record()
+        return Flight(rows, self.r_np[i], mark, self.r_events[i], self.side_clock)
+
+    def side(self):
+        """The context prefill passes and first tokens are launched in: the side stream on a GPU."""
+        return torch.cuda.stream(self.side_stream) if self.side_stream is not None else contextlib.nullcontext()
 
     def _first(self, kb: int, mb: int, nucleus: bool) -> None:
         f = self.r_stage.dev
@@ -432,7 +480,7 @@ class DeviceBatch:
             what, start, end = self._timed.pop(0)
             self.gpu_s[what] += start.elapsed_time(end) / 1e3
 
-    def _run(self, key: tuple, step: Callable[[], None]) -> None:
+    def _run(self, key: tuple, step: Callable[[], None]) -> None:  # noqa: C901 - one path, commented
         """Run `step`, replaying its CUDA graph when there is one (captured on its first run: that run
         goes eagerly, compiling the first time, then the capture, which runs nothing). Compiling and
         capturing hold the process's `COMPILE_LOCK` (other engines, the learner). A key whose capture
@@ -450,6 +498,7 @@ class DeviceBatch:
         if graph is not None:
             graph.replay()
             return
+        lane = "side" if key[0] in ("prefill", "first") else "decode"
         with COMPILE_LOCK:
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
@@ -457,16 +506,17 @@ class DeviceBatch:
                 step()
             torch.cuda.current_stream(self.device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            if self._pool is None:
-                self._pool = torch.cuda.graph_pool_handle()
+            if self._pool.get(lane) is None:
+                self._pool[lane] = torch.cuda.graph_pool_handle()
             before = torch.cuda.current_stream(self.device)
             try:
-                with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+                with torch.cuda.graph(graph, pool=self._pool[lane], stream=self._capture[lane],
+                                      capture_error_mode="thread_local"):
                     step()
             except BaseException as e:
-                # a capture that failed to end leaves torch's capture stream (one for the process) current
+                # a capture that failed to end leaves the capture stream current
                 torch.cuda.set_stream(before)
-                self._abandon_pool(graph)
+                self._abandon_pool(graph, lane)
                 if not isinstance(e, Exception):  # an interrupt: nothing to fall back for
                     raise
                 self._eager.add(key)
@@ -476,19 +526,19 @@ class DeviceBatch:
         self._graphs[key] = graph
         self.captured += 1
 
-    def _abandon_pool(self, graph) -> None:
+    def _abandon_pool(self, graph, lane: str) -> None:
         """After a failed capture: the pool it recorded into stays marked as recording (torch ends that
         only after a capture that ended well), so every later capture into it would fail too. End the
         recording where torch lets us, and capture later graphs into a new pool; the failed graph is
         kept, since the allocator's filter for that pool points at it."""
         end = getattr(torch._C, "_cuda_endAllocateToPool", None)
-        if end is not None and self._pool is not None:
+        if end is not None and self._pool.get(lane) is not None:
             try:
-                end(self.device.index if self.device.index is not None else torch.cuda.current_device(), self._pool)
+                end(self.device.index if self.device.index is not None else torch.cuda.current_device(), self._pool[lane])
             except Exception as e:  # best effort: a private torch call whose signature may change
                 log.warning("paged engine: could not end the failed capture's pool: %s", e)
         self._failed_graphs.append(graph)
-        self._pool = None
+        self._pool[lane] = None
         self.failed_captures += 1
 
 

@@ -11,7 +11,9 @@ cache are taken as they are (`pages.PagePool`), the rest is prefilled in chunks 
 `prefill_tokens` tokens per step, packed with other arrivals' chunks into one forward pass, between
 decode steps, so the rows that are decoding are never held up by more than one chunk. When its
 prompt is in, its n rows start sampling from the prompt's last logits; they share the prompt's
-pages (only the last, partial one is copied for each row). Every live row advances in the same decode
+pages (only the last, partial one is copied for each row). On a GPU a pass and its first tokens run on a
+second stream beside the decode steps, and the rows join the batch at the first step after their tokens are
+back (`prefill_ahead`: passes launched and not read yet). Every live row advances in the same decode
 step; a row leaves when it samples a stop id or reaches max_tokens, and its request is answered when
 its last row leaves. On a GPU the decode step (embedding, layers, head, sampling) is captured as a
 CUDA graph per batch-size bucket and replayed; the pointwise work is fused by `torch.compile`.
@@ -137,6 +139,10 @@ class PagedEngine:
     torch.compile (default: on a GPU); `attention`: "triton" (default on a GPU) or "torch"."""
 
     gpu_timing = False  # set before the first request (benchmarks): GPU seconds of steps and passes in `stats`
+    # prefill passes launched and not read back while rows decode: 0 waits for each pass's first tokens (the
+    # passes then stall the decoding rows for their whole length); more than 1 queues passes on the side
+    # stream. Benchmarks set it on an engine to compare (`engine_bench.py --ahead`).
+    prefill_ahead = 1
 
     def __init__(self, source: str | Path, device: str | None = None, dtype: str | None = None, *,
                  max_rows: int = 256, page_size: int = 16, kv_memory: float = 0.3, kv_tokens: int | None = None,
@@ -184,9 +190,11 @@ class PagedEngine:
         self.stats = {"decode_s": 0.0, "prefill_s": 0.0, "host_s": 0.0, "weights_s": 0.0, "steps": 0,
                       "row_steps": 0, "prefill_tokens": 0, "cached_tokens": 0, "prefill_passes": 0,
                       "graphs_captured": 0, "failed_captures": 0, "max_rows_seen": 0, "max_pages_used": 0, "requests": 0,
-                      # where a prefill pass's time goes: building its inputs, launching it, the first tokens
-                      # (their sampling and the read-back that waits for the GPU)
-                      "prefill_build_s": 0.0, "prefill_launch_s": 0.0, "first_tokens_s": 0.0,
+                      "steps_beside_passes": 0,  # decode steps launched while a prefill pass was not read back
+                      # where a prefill pass's time goes: building its inputs, launching it and its first
+                      # tokens; then (not in prefill_s) reading those back (waiting, if the GPU is not done)
+                      # and starting the rows
+                      "prefill_build_s": 0.0, "prefill_launch_s": 0.0, "first_tokens_s": 0.0, "first_read_s": 0.0,
                       "gpu_decode_s": 0.0, "gpu_prefill_s": 0.0}
 
     # --- public ----------------------------------------------------------------------------------
@@ -323,11 +331,14 @@ class PagedEngine:
         self.active: list[Row] = []  # rows decoding, in the order of the next layout
         self._laid: list[Row] = []  # rows in the device buffers, slot by slot
         self._inflight: list[Flight] = []  # launched decode steps not read back yet (at most two)
+        self._passes: list[tuple[list[Request], list, Flight]] = []  # launched passes not read back yet
         self._deferred: list[tuple[int, list[int]]] = []  # pages to free once that many steps are read
         self._launched = self._read = 0
+        if self.batch is not None and self.batch.stream is not None:  # a new owner thread (see `_allocate`)
+            torch.cuda.set_stream(self.batch.stream)
         stopping = False
         while True:
-            idle = not (waiting or prefilling or self.active or self._inflight)
+            idle = not (waiting or prefilling or self.active or self._inflight or self._passes)
             if stopping and idle:
                 self._refuse_late()
                 return
@@ -342,6 +353,7 @@ class PagedEngine:
                     if m is None:
                         stopping = True
                     elif isinstance(m, tuple):
+                        self._start_ready(wait=len(self._passes))
                         self._drain()  # new weights from the next step on: nothing in flight
                         _, state, done, box = m
                         try:
@@ -351,12 +363,17 @@ class PagedEngine:
                         done.set()
                     else:
                         waiting.append(m)
-                if not (waiting or prefilling or self.active or self._inflight):
+                if not (waiting or prefilling or self.active or self._inflight or self._passes):
                     continue
                 self._allocate()
                 self._admit(waiting, prefilling)
-                if prefilling:
+                self._start_ready()  # rows whose first tokens are back join the next step
+                launched = bool(prefilling) and len(self._passes) < max(1, self.prefill_ahead)
+                if launched:
                     self._prefill_pass(prefilling)
+                if self._passes and (launched or not self.active):
+                    # with nothing else to do (or no passes beside steps) wait for one; else a CPU's is done
+                    self._start_ready(wait=int(not self.active or self.prefill_ahead <= 0))
                 if self.active:
                     self._launch()
                 while len(self._inflight) > (1 if self.active else 0):
@@ -364,14 +381,17 @@ class PagedEngine:
             except BaseException as e:  # noqa: BLE001 - a failed pass fails every request in it
                 log.exception("the paged engine failed a step")
                 reqs = {id(r.req): r.req for r in self.active + self._laid}
-                for req in list(reqs.values()) + prefilling + waiting:
+                started = [req for reqs_, _, _ in self._passes for req in reqs_]
+                for req in list(reqs.values()) + started + prefilling + waiting:
                     self._fail(req, e)
                 waiting, prefilling = [], []
                 self._reset()
 
     def _reset(self) -> None:
         """After a failed pass: every request failed, every page free again, nothing in flight."""
-        self.active, self._laid, self._inflight, self._deferred = [], [], [], []
+        if self.device.type == "cuda":  # neither stream still runs what is dropped here
+            torch.cuda.synchronize(self.device)
+        self.active, self._laid, self._inflight, self._deferred, self._passes = [], [], [], [], []
         self._launched = self._read = 0
         if self.pool is not None:
             self.pool = PagePool(self.pool.num_pages, self.page_size)
@@ -399,6 +419,8 @@ class PagedEngine:
 
     def _apply_weights(self, state: dict[str, Any]) -> None:
         t = time.perf_counter()
+        if self.device.type == "cuda":  # the state's tensors may still be written on the caller's stream
+            torch.cuda.synchronize(self.device)
         with torch.no_grad():
             self.model.load_state_dict(state, strict=False)
         if self.pool is not None:
@@ -433,6 +455,8 @@ class PagedEngine:
                                  page=self.page_size, prefill_tokens=self.prefill_tokens, max_seqs=self.max_seqs,
                                  graphs=self.graphs, sample=self._sample, token_hash=self.token_hash,
                                  compiled=self.compiled, gpu_timing=self.gpu_timing)
+        if self.batch.stream is not None:  # the owner thread's decode steps go on the batch's decode stream
+            torch.cuda.set_stream(self.batch.stream)
         log.info("paged engine %s: %d KV pages of %d tokens (%.1f GB, %d sequences of 4k)", self.name, pages,
                  self.page_size, self.kv.numel() * self.kv.element_size() / 1e9, pages * self.page_size // 4096)
 
@@ -445,7 +469,8 @@ class PagedEngine:
         return prompt + len(req.indices) * per_row
 
     def _admit(self, waiting: list[Request], prefilling: list[Request]) -> None:
-        rows = len(self.active) + sum(len(r.indices) for r in prefilling)
+        rows = len(self.active) + sum(len(r.indices) for r in prefilling) + \
+            sum(len(r.indices) for reqs, _, _ in self._passes for r in reqs)  # (their first tokens not back)
         while waiting:
             req = waiting[0]
             if rows + len(req.indices) > self.max_rows:
@@ -497,19 +522,38 @@ class PagedEngine:
             budget -= end - start
         done = [(req, q0 + qn - 1) for req, (q0, qn, end, _) in zip(reqs, seqs) if end == len(req.prompt)]
         t1 = time.perf_counter()
-        self.batch.prefill(ids, positions, slots, seqs, [last for _, last in done])
+        with self.batch.side():
+            self.batch.prefill(ids, positions, slots, seqs, [last for _, last in done])
+            t2 = time.perf_counter()
+            for req, (_, _, end, _) in zip(reqs, seqs):
+                self._register_prompt(req, end)
+                req.computed = end
+            # a failure here leaves the requests in `prefilling`, which fails them with the pass
+            starts, flight = self._launch_rows([req for req, _ in done]) if done else ([], self.batch.pass_done())
         self.stats["prefill_build_s"] += t1 - t0
-        self.stats["prefill_launch_s"] += time.perf_counter() - t1
-        for req, (_, _, end, _) in zip(reqs, seqs):
-            self._register_prompt(req, end)
-            req.computed = end
-        self.stats["prefill_tokens"] += len(ids)
-        self.stats["prefill_passes"] += 1
-        if done:  # started before they leave `prefilling`: a failure there fails them with the pass
-            self._start_rows([req for req, _ in done])
+        self.stats["prefill_launch_s"] += t2 - t1
+        self.stats["first_tokens_s"] += time.perf_counter() - t2
+        self._passes.append(([req for req, _ in done], starts, flight))
         for req, _ in done:
             prefilling.remove(req)
+        self.stats["prefill_tokens"] += len(ids)
+        self.stats["prefill_passes"] += 1
         self.stats["prefill_s"] += time.perf_counter() - t0
+
+    def _start_ready(self, wait: int = 0) -> None:
+        """Start the rows of every launched pass whose first tokens are back, in launch order; the oldest
+        `wait` passes are waited for."""
+        while self._passes:
+            reqs, starts, flight = self._passes[0]
+            if wait <= 0 and not flight.ready():
+                return
+            wait -= 1
+            t0 = time.perf_counter()
+            toks, lps = self.batch.read(flight)
+            if reqs:
+                self._start_rows(reqs, starts, toks, lps)
+            self.stats["first_read_s"] += time.perf_counter() - t0
+            self._passes.pop(0)  # (after: a failure in `_start_rows` fails the requests with the pass)
 
     def _register_prompt(self, req: Request, end: int) -> None:
         if not self.prefix_cache:
@@ -518,10 +562,10 @@ class PagedEngine:
         for j in range(req.computed // p, end // p):
             req.parent = self.pool.register(req.pages[j], req.parent, req.prompt[j * p:(j + 1) * p])
 
-    def _start_rows(self, reqs: list[Request]) -> None:
-        """The rows of the requests whose prompts are in, from their prompts' last logits (row j of the
-        pass's for reqs[j]): each row's first token sampled, the prompt's whole pages shared, its partial last
-        page copied; one device round trip for all of them."""
+    def _launch_rows(self, reqs: list[Request]) -> tuple[list, Flight]:
+        """The first tokens of the rows of the requests whose prompts are in, from their prompts' last logits
+        (row j of the pass's for reqs[j]), launched: each row's first token sampled, the prompt's whole pages
+        shared, its partial last page copied; one launch for all of them. Returns what `_start_rows` needs."""
         p = self.page_size
         which, seeds, inv_t, top_p, copy_from, copy_to, starts = [], [], [], [], [], [], []
         for j, req in enumerate(reqs):
@@ -542,9 +586,12 @@ class PagedEngine:
                 inv_t.append(req.inv_temperature)
                 top_p.append(req.top_p)
                 starts.append((req, seed, pages))
-        t0 = time.perf_counter()
-        toks, lps = self.batch.first_tokens(which, seeds, inv_t, top_p, copy_from, copy_to)
-        self.stats["first_tokens_s"] += time.perf_counter() - t0
+        return starts, self.batch.first_tokens(which, seeds, inv_t, top_p, copy_from, copy_to)
+
+    def _start_rows(self, reqs: list[Request], starts: list, toks: list[int], lps: list[float]) -> None:
+        """The rows of a pass's completed requests, from their first tokens (read back): they join the next
+        decode step, and the prompts' pages go back (each row holds what it shares)."""
+        p = self.page_size
         self._gpu_stats()
         for (req, seed, pages), t, logprob in zip(starts, toks, lps):
             n = len(req.prompt)
@@ -614,6 +661,7 @@ class PagedEngine:
         self._inflight.append(b.launch(self.active, self._nucleus, grown, layout))
         self._launched += 1
         self.stats["steps"] += 1
+        self.stats["steps_beside_passes"] += bool(self._passes)
         self.stats["row_steps"] += len(self.active)
         self.stats["max_rows_seen"] = max(self.stats["max_rows_seen"], len(self.active))
         self.stats["graphs_captured"], self.stats["failed_captures"] = b.captured, b.failed_captures
