@@ -451,6 +451,7 @@ def agents_rows(e: PagedEngine, name: str, sizes, ahead=(None,)) -> list[dict]:
         for v in ahead:
             if v is not None:
                 e.prefill_ahead = v
+            e.update_weights({})  # the same prompts each time: none of them in the prefix cache
             runs.append((getattr(e, "prefill_ahead", None), agents(e, n)))
         if default is not None:
             e.prefill_ahead = default
