@@ -558,6 +558,8 @@ def main() -> None:
     ap.add_argument("--shapes", default="smollm2-135m,qwen3-1.7b", help="model shapes of the engine sections")
     ap.add_argument("--busy", default="0,8", help="contention: numbers of busy Python threads beside the episodes")
     ap.add_argument("--intervals", default="0.005,0.0005", help="contention: thread switch intervals (s)")
+    ap.add_argument("--prefill-tokens", type=int, default=0, help="the bf16 engine's prefill pass size (0: its default)")
+    ap.add_argument("--sizes", default="", help="agents: numbers of episodes (default 16,64,256; --quick 16,64)")
     ap.add_argument("--ahead", default="", help="agents: prefill passes ahead to compare, e.g. 0,1,2 (default: "
                     "the engine's)")
     args = ap.parse_args()
@@ -597,7 +599,7 @@ def main() -> None:
                 e = None
                 release()
             t0 = time.perf_counter()
-            e = engine_for(name, work, kv_memory=0.5)
+            e = engine_for(name, work, kv_memory=0.5, prefill_tokens=args.prefill_tokens or None)
             e.generate_tokens(list(range(10, 600)), [0, 1], max_tokens=8)  # compile, capture the first buckets
             RESULTS.setdefault("warmup_s", {})[name] = round(time.perf_counter() - t0, 1)
             if "checks" in sections:
@@ -605,7 +607,9 @@ def main() -> None:
             if "group" in sections:
                 run("group", group_rows, e, name)
             if "agents" in sections:
-                run("agents", agents_rows, e, name, (16, 64) if args.quick else (16, 64, 256),
+                sizes = tuple(int(n) for n in args.sizes.split(",")) if args.sizes else (16, 64) if args.quick \
+                    else (16, 64, 256)
+                run("agents", agents_rows, e, name, sizes,
                     tuple(int(v) for v in args.ahead.split(",")) if args.ahead else (None,))
             if "prefill" in sections:
                 run("prefill", prefill_rows, e, name)
