@@ -140,9 +140,11 @@ class PagedEngine:
 
     gpu_timing = False  # set before the first request (benchmarks): GPU seconds of steps and passes in `stats`
     # prefill passes launched and not read back while rows decode: 0 waits for each pass's first tokens (the
-    # passes then stall the decoding rows for their whole length); more than 1 queues passes on the side
-    # stream. Benchmarks set it on an engine to compare (`engine_bench.py --ahead`).
-    prefill_ahead = 1
+    # passes then stall the decoding rows for their whole length); 2 keeps one queued behind the running one
+    # on the side stream. Measured on an H100 (benchmarks/gpu/NOTES.md, v12), SmolLM2 agents workload against
+    # one group call: 0.76 / 0.53 / 0.37 at N = 16 / 64 / 256 with 0, 0.80 / 0.60 / 0.44 with 2 (1: between).
+    # Benchmarks set it on an engine to compare (`engine_bench.py --ahead`).
+    prefill_ahead = 2
 
     def __init__(self, source: str | Path, device: str | None = None, dtype: str | None = None, *,
                  max_rows: int = 256, page_size: int = 16, kv_memory: float = 0.3, kv_tokens: int | None = None,
