@@ -296,6 +296,31 @@ def test_a_failure_while_rows_start_fails_their_requests_and_the_engine_serves_o
     e.close()
 
 
+def test_a_failure_before_new_weights_answers_every_message_it_came_with(checkpoint, monkeypatch):
+    """New weights wait for what is in flight; if that fails, the caller of `update_weights` hears of it, and
+    a request that came in the same batch of messages is answered, not left waiting."""
+    from mirl.engines.paged.engine import PagedEngine, Request
+
+    e = make(checkpoint)
+    ids = e.prompt_ids(TASK)
+
+    def boom(self):
+        raise RuntimeError("drain failed")
+
+    monkeypatch.setattr(PagedEngine, "_drain", boom)
+    done, box = threading.Event(), []
+    req = Request(prompt=ids, indices=[0], max_tokens=3, inv_temperature=0.0, top_p=1.0, seed=0,
+                  stop_ids=frozenset())
+    e._queue.put(("weights", {}, done, box, None))
+    e._queue.put(req)  # both queued before the owner thread starts: one batch of messages
+    e._ensure_thread()
+    assert done.wait(30) and [str(x) for x in box] == ["drain failed"]
+    assert req.finished.wait(30) and str(req.error) == "drain failed"
+    monkeypatch.undo()
+    assert len(e.generate_tokens(ids, [0], max_tokens=4, temperature=0.0).samples[0].ids) == 4
+    e.close()
+
+
 def test_an_engine_runs_its_process_at_a_short_thread_switch_interval(checkpoint):
     """The owner thread waits for the GIL after every torch call: a process that starts an engine lowers
     the switch interval (never raises it)."""

@@ -95,7 +95,7 @@ class Staging:
         """The next host buffer to fill."""
         self.i = (self.i + 1) % len(self.host)
         if self.cuda and self.sent[self.i] > self.clock.synced:  # rare: the ring went round before a read-back
-            torch.cuda.synchronize(self.dev.device)
+            torch.cuda.current_stream(self.dev.device).synchronize()  # (the staging's stream is the current one)
             self.clock.synced = self.clock.enqueued
         return self.arrays[self.i]
 
@@ -228,7 +228,13 @@ class DeviceBatch:
         self.gpu_s = {"decode": 0.0, "prefill": 0.0}
         self._timed: list[tuple[str, Any, Any]] = []
         if cuda:  # the buffers above were made on the current stream; both streams use them
-            torch.cuda.synchronize(dev)
+            torch.cuda.current_stream(dev).synchronize()
+
+    def synchronize(self) -> None:
+        """Wait for both streams (stream waits: a device-wide one fails another thread's graph capture)."""
+        for stream in (self.stream, self.side_stream):
+            if stream is not None:
+                stream.synchronize()
 
     # --- decode ------------------------------------------------------------------------------------
 
@@ -500,11 +506,14 @@ class DeviceBatch:
             return
         lane = "side" if key[0] in ("prefill", "first") else "decode"
         with COMPILE_LOCK:
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
+            # the warm-up on the lane's capture stream, not a new one: torch hands streams out from a ring of
+            # 32, so a new one each time would soon be the other lane's capture stream, whose cuBLAS workspace
+            # the other lane's graphs, maybe running now, use
+            warm = self._capture[lane]
+            warm.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(warm):
                 step()
-            torch.cuda.current_stream(self.device).wait_stream(side)
+            torch.cuda.current_stream(self.device).wait_stream(warm)
             graph = torch.cuda.CUDAGraph()
             if self._pool.get(lane) is None:
                 self._pool[lane] = torch.cuda.graph_pool_handle()

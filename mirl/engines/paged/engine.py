@@ -56,7 +56,7 @@ from mirl.engines.generator import (
 )
 from mirl.engines.paged import sampler
 from mirl.engines.paged.attention import Attention
-from mirl.engines.paged.batch import DeviceBatch, Flight, Layout
+from mirl.engines.paged.batch import RING, DeviceBatch, Flight, Layout
 from mirl.engines.paged.model import PagedModel
 from mirl.engines.paged.pages import OutOfPages, PagePool
 from mirl.engines.weights import end_ids, load_model, load_state, model_name
@@ -198,6 +198,8 @@ class PagedEngine:
                       # and starting the rows
                       "prefill_build_s": 0.0, "prefill_launch_s": 0.0, "first_tokens_s": 0.0, "first_read_s": 0.0,
                       "gpu_decode_s": 0.0, "gpu_prefill_s": 0.0}
+        if on_gpu:  # the weights and tables were made on this thread's stream; the owner thread uses others
+            torch.cuda.current_stream(self.device).synchronize()
 
     # --- public ----------------------------------------------------------------------------------
 
@@ -260,7 +262,11 @@ class PagedEngine:
                     return
         done = threading.Event()
         box: list[BaseException] = []
-        self._queue.put(("weights", state, done, box))
+        ready = None
+        if self.device.type == "cuda":  # the state may still be being written on this thread's stream
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(self.device))
+        self._queue.put(("weights", state, done, box, ready))
         self._wait(done)
         if box:
             raise box[0]
@@ -351,15 +357,21 @@ class PagedEngine:
                 except queue.Empty:
                     break
             try:
-                for m in msgs:
+                while msgs:
+                    m = msgs.pop(0)
                     if m is None:
                         stopping = True
                     elif isinstance(m, tuple):
-                        self._start_ready(wait=len(self._passes))
-                        self._drain()  # new weights from the next step on: nothing in flight
-                        _, state, done, box = m
+                        _, state, done, box, ready = m
                         try:
-                            self._apply_weights(state)
+                            self._start_ready(wait=len(self._passes))
+                            self._drain()  # new weights from the next step on: nothing in flight
+                        except BaseException as e:  # a failed step: its caller hears of it too
+                            box.append(e)
+                            done.set()
+                            raise
+                        try:
+                            self._apply_weights(state, ready)
                         except Exception as e:  # noqa: BLE001 - the caller raises it
                             box.append(e)
                         done.set()
@@ -370,7 +382,7 @@ class PagedEngine:
                 self._allocate()
                 self._admit(waiting, prefilling)
                 self._start_ready()  # rows whose first tokens are back join the next step
-                launched = bool(prefilling) and len(self._passes) < max(1, self.prefill_ahead)
+                launched = bool(prefilling) and len(self._passes) < min(max(1, self.prefill_ahead), RING - 1)
                 if launched:
                     self._prefill_pass(prefilling)
                 if self._passes and (launched or not self.active):
@@ -384,6 +396,15 @@ class PagedEngine:
                 log.exception("the paged engine failed a step")
                 reqs = {id(r.req): r.req for r in self.active + self._laid}
                 started = [req for reqs_, _, _ in self._passes for req in reqs_]
+                for m in msgs:  # messages not reached: answered, never left waiting
+                    if m is None:
+                        stopping = True
+                    elif isinstance(m, tuple):
+                        m[3].append(e)
+                        m[2].set()
+                    else:
+                        waiting.append(m)
+                msgs = []
                 for req in list(reqs.values()) + started + prefilling + waiting:
                     self._fail(req, e)
                 waiting, prefilling = [], []
@@ -391,14 +412,16 @@ class PagedEngine:
 
     def _reset(self) -> None:
         """After a failed pass: every request failed, every page free again, nothing in flight."""
-        if self.device.type == "cuda":  # neither stream still runs what is dropped here
-            torch.cuda.synchronize(self.device)
-        self.active, self._laid, self._inflight, self._deferred, self._passes = [], [], [], [], []
-        self._launched = self._read = 0
-        if self.pool is not None:
-            self.pool = PagePool(self.pool.num_pages, self.page_size)
-        if self.batch is not None:
-            self.batch.bucket = 0
+        try:
+            if self.batch is not None:  # neither stream still runs what is dropped here
+                self.batch.synchronize()
+        finally:
+            self.active, self._laid, self._inflight, self._deferred, self._passes = [], [], [], [], []
+            self._launched = self._read = 0
+            if self.pool is not None:
+                self.pool = PagePool(self.pool.num_pages, self.page_size)
+            if self.batch is not None:
+                self.batch.bucket = 0
 
     def _refuse_late(self) -> None:
         while True:
@@ -419,23 +442,25 @@ class PagedEngine:
         req.error = e
         req.finished.set()
 
-    def _apply_weights(self, state: dict[str, Any]) -> None:
+    def _apply_weights(self, state: dict[str, Any], ready: Any = None) -> None:
+        """Load `state` (once `ready`, the caller's event, has passed); in place when this returns. Stream
+        waits, never a device-wide one: another engine's thread may be capturing a graph."""
         t = time.perf_counter()
-        if self.device.type == "cuda":  # the state's tensors may still be written on the caller's stream
-            torch.cuda.synchronize(self.device)
+        if ready is not None:
+            ready.synchronize()
         with torch.no_grad():
             self.model.load_state_dict(state, strict=False)
         if self.pool is not None:
             self.pool.clear()
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+            torch.cuda.current_stream(self.device).synchronize()
         self.weights_version += 1
         self.stats["weights_s"] += time.perf_counter() - t
 
     def _allocate(self) -> None:
         """The KV pool and the device buffers, sized at the first request (after whatever else in the
         process, e.g. a learner, has taken its memory)."""
-        if self.kv is not None:
+        if self.batch is not None:
             return
         per_token = self.pm.kv_bytes_per_token()
         # engines of one process that start at once (several policies evaluated side by side) size
@@ -450,13 +475,14 @@ class PagedEngine:
                 tokens = (512 << 20) // per_token
             tokens = min(tokens, 2 * self.max_rows * self.context_length)  # more would never be used
             pages = max(2, tokens // self.page_size)
-            self.kv = torch.zeros(self.pm.num_layers, pages * self.page_size, 2, self.pm.kv_heads, self.pm.dim,
-                                  dtype=self.pm.dtype, device=self.device)
-        self.pool = PagePool(pages, self.page_size)
-        self.batch = DeviceBatch(self.pm, self.attn, self.kv, max_rows=self.max_rows, width=self.width,
-                                 page=self.page_size, prefill_tokens=self.prefill_tokens, max_seqs=self.max_seqs,
-                                 graphs=self.graphs, sample=self._sample, token_hash=self.token_hash,
-                                 compiled=self.compiled, gpu_timing=self.gpu_timing)
+            kv = torch.zeros(self.pm.num_layers, pages * self.page_size, 2, self.pm.kv_heads, self.pm.dim,
+                             dtype=self.pm.dtype, device=self.device)
+        batch = DeviceBatch(self.pm, self.attn, kv, max_rows=self.max_rows, width=self.width,
+                            page=self.page_size, prefill_tokens=self.prefill_tokens, max_seqs=self.max_seqs,
+                            graphs=self.graphs, sample=self._sample, token_hash=self.token_hash,
+                            compiled=self.compiled, gpu_timing=self.gpu_timing)
+        # all three or none: a batch that failed to build (out of memory) is tried again at the next request
+        self.kv, self.pool, self.batch = kv, PagePool(pages, self.page_size), batch
         if self.batch.stream is not None:  # the owner thread's decode steps go on the batch's decode stream
             torch.cuda.set_stream(self.batch.stream)
         log.info("paged engine %s: %d KV pages of %d tokens (%.1f GB, %d sequences of 4k)", self.name, pages,
