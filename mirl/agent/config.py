@@ -34,7 +34,8 @@ class AgentConfig:
         default=None, metadata={"min": 1, "help": "per-call reply cap for a model used without the LLM client; in a params file leave it "
                           "empty and set models.policy.max_tokens"})
     pass_seed: bool = field(
-        default=True, metadata={"help": "pass the episode seed to the model so episodes differ reproducibly"})
+        default=True, metadata={"help": "pass a seed to the model so episodes differ reproducibly: the episode's seed at step 0, "
+                          "then one drawn from (seed, step) (`mirl.agent.episode.step_seed`)"})
     token_ids: bool = field(
         default=True, metadata={"help": "when the policy offers a token-level generator (local/... models, engines), "
                                         "build prompts from token ids and store ids and logprobs per step"})

@@ -13,6 +13,7 @@ a step's reasoning and command are parsed from the reply text, so everything dow
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import time
@@ -64,10 +65,21 @@ class _Clock:
         return {k: round(v, 6) for k, v in t.items()}
 
 
-def _model_kwargs(config: AgentConfig, seed: int) -> dict[str, Any]:
+def step_seed(seed: int, step: int) -> int:
+    """The sampling seed of an episode's step `step`: the episode's seed at step 0, a seed drawn from
+    (seed, step) after it. One seed for every step would give each step the same random draws, so a
+    small policy whose prompt barely changed (a format error shown back) repeats its reply word for
+    word: a loop the sampler made, not the policy."""
+    if step == 0:
+        return seed
+    digest = hashlib.sha256(f"{seed}@step{step}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF  # 31 bits: what hosted APIs accept
+
+
+def _model_kwargs(config: AgentConfig, seed: int, step: int = 0) -> dict[str, Any]:
     kw: dict[str, Any] = {}
     if config.pass_seed:
-        kw["seed"] = seed
+        kw["seed"] = step_seed(seed, step)
     if config.temperature is not None:
         kw["temperature"] = config.temperature
     if config.max_output_tokens is not None:
@@ -174,7 +186,6 @@ def _agent_loop(task: Task, session: Session, model: Model, config: AgentConfig,
                 tokens: TokenPath | None = None) -> None:
     timeout = config.agent_timeout_s if config.agent_timeout_s is not None else task.agent_timeout_s
     deadline = time.monotonic() + timeout if timeout is not None else math.inf  # None: the task sets no limit
-    kwargs = _model_kwargs(config, seed)
     chars_per_token = DEFAULT_CHARS_PER_TOKEN
     first_prompt: float | None = None  # the context before the agent's first turn here: a response counts from it
     if tokens is not None:  # the chat template renders the first prompt only; the rest is appended
@@ -203,10 +214,11 @@ def _agent_loop(task: Task, session: Session, model: Model, config: AgentConfig,
             traj.meta["response_tokens_estimate"] = int(response)
             return
 
+        kwargs = _model_kwargs(config, seed, len(traj.steps))
         t = time.perf_counter()
         sample = None
         if tokens is not None:
-            gen, sample = tokens.sample()
+            gen, sample = tokens.sample(kwargs.get("seed"))
             completion = Completion(
                 text=tokens.glue.text(sample.ids), model=traj.models["policy"], input_tokens=gen.prompt_tokens,
                 cached_input_tokens=gen.cached_tokens, output_tokens=len(sample.ids),

@@ -191,9 +191,11 @@ class TokenPath:
             self.settle(step)
             self.observe(step, i)
 
-    def sample(self) -> tuple[Any, Any]:
-        """One sample at the current prompt: (the generation, its only sample)."""
-        gen = self.generator.generate_tokens(list(self.ids), [0], **self.sampling)
+    def sample(self, seed: int | None = None) -> tuple[Any, Any]:
+        """One sample at the current prompt: (the generation, its only sample); `seed`, the step's,
+        replaces the episode's."""
+        sampling = self.sampling if seed is None else {**self.sampling, "seed": seed}
+        gen = self.generator.generate_tokens(list(self.ids), [0], **sampling)
         return gen, gen.samples[0]
 
     def settle(self, step: Step) -> None:

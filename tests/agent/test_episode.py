@@ -22,6 +22,22 @@ def test_submit_ends_episode_and_verifies(task):
     assert [s.output_tokens for s in t.steps] == [len(bash("echo hi > /app/hello.txt")) // 4, len(SUBMIT) // 4]
 
 
+def test_each_step_samples_with_its_own_seed_and_a_rerun_with_the_same(task):
+    """One seed for every step gives every step the same random draws: a policy shown a nearly
+    unchanged prompt (a format error) repeats itself. Step 0 keeps the episode's seed."""
+    def seeds(seed):
+        model = Scripted(["no block", "no block", bash("ls"), SUBMIT])
+        run_episode(task, FakeSandbox(), model, AgentConfig(max_steps=4), seed=seed)
+        return [kw["seed"] for _, kw in model.calls]
+
+    first = seeds(3)
+    assert first[0] == 3 and len(set(first)) == 4 and all(0 <= s < 2**31 for s in first)
+    assert seeds(3) == first and set(seeds(4)[1:]).isdisjoint(first)
+    model = Scripted([bash("ls"), SUBMIT])
+    run_episode(task, FakeSandbox(), model, AgentConfig(max_steps=4, pass_seed=False), seed=3)
+    assert all("seed" not in kw for _, kw in model.calls)
+
+
 def test_model_sees_previous_observation(task):
     model = Scripted([bash("cat f"), SUBMIT])
     run_episode(task, FakeSandbox(respond=lambda c: CommandResult("content-of-f\n", 3, 0.0)), model)

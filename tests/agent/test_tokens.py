@@ -8,6 +8,7 @@ import pytest
 from agent_doubles import SUBMIT, FakeSandbox, Scripted, bash
 
 from mirl.agent import AgentConfig, run_episode
+from mirl.agent.episode import step_seed
 from mirl.agent.messages import assistant_text, build_messages
 from mirl.agent.tokens import ChatGlue, training_sequence, turn_prompts
 from mirl.engines import embedded, registry
@@ -129,6 +130,19 @@ def test_episode_stores_ids_that_rebuild_every_prompt(lm, glue, task, monkeypatc
     assert ids[:len(seen[-1])] == seen[-1] and len(ids) == len(mask) == len(logprobs)
     assert sum(mask) == sum(len(s.completion_ids) for s in traj.steps)
     assert [lp for lp, m in zip(logprobs, mask) if m] == [lp for s in traj.steps for lp in s.logprobs]
+
+
+def test_token_path_steps_draw_from_their_own_seeds_and_a_prefix_keeps_them(lm, task, monkeypatch):
+    calls = []
+    real = lm.generate_tokens
+    monkeypatch.setattr(lm, "generate_tokens", lambda ids, idx, **kw: calls.append(kw["seed"]) or real(ids, idx, **kw))
+    whole = run_episode(task, FakeSandbox(), lm, AgentConfig(max_steps=3, max_output_tokens=4), seed=5)
+    assert calls[0] == 5 and len(set(calls)) == 3
+    # the rest of the episode from its first step samples step 1 as the whole episode did
+    del calls[:]
+    cont = run_episode(task, FakeSandbox(), lm, AgentConfig(max_steps=2, max_output_tokens=4), seed=5,
+                       prefix=whole.steps[:1])
+    assert calls == [step_seed(5, 1)] and cont.steps[1].completion_ids == whole.steps[1].completion_ids
 
 
 def test_text_path_steps_say_they_have_no_ids(lm, task, make_client):

@@ -75,7 +75,9 @@ def prefixed_run(tmp_path_factory, bwrap_sandbox, engine):
     def reference(x):  # a passed episode with a command whose prompts rebuild from its ids: pivots for PivotRL
         return bool(pivot_candidates([x]))
 
-    for seed in range(40):  # until two episodes of two steps (for prefixes) and a reference one
+    # a reference needs a command (about half of SmolLM2's episodes hold one) and the coin's pass: about
+    # one episode in four, so 60 tries all miss with chance (3/4)^60 = 3e-8; the loop stops at the first
+    for seed in range(60):  # until two episodes of two steps (for prefixes) and a reference one
         t = run_episode(task, bwrap_sandbox, client.model("policy"), p.agent, seed=seed)
         played.append(t)
         if len(t.steps) >= 2 and t.exit_reason != "error" and len(flagged) < 2:
@@ -105,7 +107,7 @@ def prefixed_run(tmp_path_factory, bwrap_sandbox, engine):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)  # the module's fixture (up to 40 profiling episodes, the prefix check) counts here too
+@pytest.mark.timeout(2400)  # the module's fixture (up to 60 profiling episodes, the prefix check) counts here too
 def test_a_few_mirl_steps_train_smollm2_and_resume_continues(prefixed_run, bwrap_sandbox, engine):
     run, task, profiled = prefixed_run
     base = {k: v.clone() for k, v in engine.model.state_dict().items()}
