@@ -22,8 +22,9 @@ TOTALS = ["rollouts", "policy_calls", "policy_input_tokens", "policy_cached_inpu
 
 
 def checkpoint_step(run_dir: str | Path, up_to: str | int = "selected") -> int | None:
-    """The training step a cut ends at: `selected` (the paper's best checkpoint: the top of the
-    training stage's selection), `last`, or a step number; None for a run without training steps."""
+    """The training step a cut ends at: `selected` (the paper's best checkpoint: the training
+    stage's selection, validation's pick when it ran), `last`, or a step number; None for a run
+    without training steps."""
     from mirl.cost.resources import metrics
 
     run = RunDir(run_dir)
@@ -34,10 +35,10 @@ def checkpoint_step(run_dir: str | Path, up_to: str | int = "selected") -> int |
     if text == "last" or text == "":
         return max(steps)
     if text == "selected":
-        from mirl.runner.inputs import training_selection
+        from mirl.runner.inputs import selected_step
 
-        top = (training_selection(run)[1] or {}).get("top") or []
-        return int(top[0]["step"]) if top else max(steps)
+        step = selected_step(run)[1]
+        return step if step is not None else max(steps)
     try:
         return int(text)
     except ValueError:

@@ -26,18 +26,13 @@ BASE, SELECTED = "base", "selected"
 
 
 def selected_checkpoint(run: RunDir) -> Path | None:
-    """The training stage's selected checkpoint directory, or None when training selected none."""
-    from mirl.runner.inputs import TRAINING, checkpoint_dir, training_selection
+    """The training stage's selected checkpoint directory (validation's pick when it ran), or None
+    when training selected none."""
+    from mirl.runner.inputs import TRAINING, checkpoint_dir, selected_step
 
-    path, selection = training_selection(run)
-    top = (selection or {}).get("top") or []
-    if not isinstance(top, list):
-        raise StageError(f"{path}: not a readable checkpoint selection (JSON with a `top` list)")
-    if not top:
+    path, step = selected_step(run)
+    if step is None:
         return None
-    step = top[0].get("step") if isinstance(top[0], dict) else None
-    if not isinstance(step, int):
-        raise StageError(f"{path}: the first entry of `top` has no integer `step`: {top[0]!r}")
     where = checkpoint_dir(run.stage_dir(TRAINING) / "checkpoints", step)
     if not (where / "config.json").is_file():
         raise StageError(f"{path}: selects step {step}, but {where} holds no checkpoint (no config.json)")

@@ -338,8 +338,9 @@ def seed_curves(trials: pd.DataFrame, errored: str = "zero", min_runs: int = 4) 
     for policy, part in trials.groupby("policy", sort=False):
         if part["run"].nunique() < min_runs:
             continue
-        rows = part.assign(reward=part["reward"].where(part["reward"].notna(), None),
-                           error=part["error"].where(part["error"].notna(), None)).to_dict("records")
+        # object columns first: `where(..., None)` on a float column (a CSV read back) leaves NaN
+        rows = part.assign(**{c: part[c].astype(object).where(part[c].notna(), None)
+                              for c in ("reward", "error")}).to_dict("records")
         by_seed = {run: [r for r in rows if r["run"] == run] for run in sorted(part["run"].unique())}
         frames.append(seed_curve(by_seed, errored=errored).assign(policy=policy))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -88,6 +88,26 @@ def training_selection(run: str | Path | RunDir) -> tuple[Path, dict | None]:
     return path, data
 
 
+def selected_step(run: str | Path | RunDir) -> tuple[Path, int | None]:
+    """(the path of the selection, and) the step of the training stage's selected checkpoint: the
+    validation's pick when it ran and rated one (`selected`), else the best by smoothed reward (the
+    first of `top`); None when training selected none."""
+    from mirl.runner.stage import StageError
+
+    path, selection = training_selection(run)
+    top = (selection or {}).get("top") or []
+    if not isinstance(top, list):
+        raise StageError(f"{path}: not a readable checkpoint selection (JSON with a `top` list)")
+    if not top:
+        return path, None
+    step = (selection or {}).get("selected")
+    if step is None:
+        step = top[0].get("step") if isinstance(top[0], dict) else None
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise StageError(f"{path}: the selected checkpoint has no integer step: {step!r}")
+    return path, step
+
+
 class EpisodeInputs:
     """The accessors of a stage that plays episodes on profiled tasks, read once and kept: the task
     pool profiling ran on, its trajectories by (task, seed), and the sandbox of `params.sandbox`. A

@@ -660,8 +660,17 @@ def save_checkpoint(stage: TrainingStage, engine: EmbeddedEngine, step: int, dra
     path = ckpt.save(stage.checkpoints, step, engine.save,
                      {"draws": draws, "recipe": t.recipe, "digest": digest, "time": time.time()})
     ckpt.drop_resume_state(stage.checkpoints, step)
-    ckpt.prune(stage.checkpoints, t.keep_checkpoints)
+    ckpt.prune(stage.checkpoints, t.keep_checkpoints, protect=selectable(stage) if t.keep_checkpoints else ())
     return path
+
+
+def selectable(stage: TrainingStage) -> list[int]:
+    """The checkpoints the selection would pick from now (the top by smoothed reward): pruning
+    spares them, or the selection could only choose among the newest."""
+    t = stage.params.training
+    rows = read_jsonl(stage.out / METRICS)[0] if (stage.out / METRICS).exists() else []
+    saved = [s for s, _ in ckpt.list_checkpoints(stage.checkpoints)]
+    return [r["step"] for r in ckpt.top_by_reward(rows, saved, t.select_top, t.smoothing)]
 
 
 def finalize(stage: TrainingStage, stopped: str | None, skipped: dict[str, int], starts: list[Start]) -> dict[str, Any]:

@@ -65,6 +65,12 @@ def test_cut_up_to_the_selected_checkpoint(tmp_path, with_time):
     run = training_run(tmp_path / "r", with_time=with_time)
     df = resources(run)
     assert checkpoint_step(run, "selected") == 2
+    # validation's pick among the top (`selected`) is the cut, not the best by smoothed reward
+    sel = run / "training" / "selection.json"
+    sel.write_text(json.dumps({**json.loads(sel.read_text()), "selected": 3}))
+    assert checkpoint_step(run, "selected") == 3
+    sel.write_text(json.dumps({**json.loads(sel.read_text()), "selected": None}))  # validation rated none
+    assert checkpoint_step(run, "selected") == 2
     assert checkpoint_step(run, "last") == 3 and checkpoint_step(run, "1") == 1
     with pytest.raises(ValueError, match="up_to must be"):
         checkpoint_step(run, "best")

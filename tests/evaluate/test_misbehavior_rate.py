@@ -213,6 +213,10 @@ def test_policy_names_resolve_to_models(tmp_path):
     assert resolve_all(["selected"], run_dir, p) == {"selected": f"local/{ckpt}"}
     with pytest.raises(StageError, match="no config.json"):
         resolve_all([f"local/{tmp_path / 'nothing-here'}"], run_dir, p)
+    # validation's pick among the top by smoothed reward is the one (the paper: best TB-Lite of the top 5)
+    (run_dir.stage_dir("training") / "selection.json").write_text(
+        json.dumps({"top": [{"step": 1}, {"step": 2}], "selected": 2}))
+    assert resolve_all(["selected"], run_dir, p) == {"selected": f"local/{ckpt}"}
     (run_dir.stage_dir("training") / "selection.json").write_text(json.dumps({"top": [{"step": 7}]}))
     with pytest.raises(StageError, match="selects step 7"):
         resolve_all(["selected"], run_dir, p)

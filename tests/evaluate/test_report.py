@@ -71,6 +71,18 @@ def test_the_seed_curve_is_saved_or_the_reason_given(tmp_path):
     assert not (tmp_path / "none").exists()
 
 
+def test_the_seed_curve_reads_trials_as_the_notebook_loads_them(tmp_path):
+    """trials.csv read back (`report.load`, what notebook 06 does) has NaN where a trial had no
+    error or no reward: they are None to the curve, not a bad value."""
+    rows = [{"policy": "a", "task": t, "run": r, "reward": None if (t, r) == ("t1", 3) else float((r + i) % 2),
+             "error": None, "origin": "played"} for i, t in enumerate(("t1", "t2")) for r in range(4)]
+    (tmp_path / "pass_at_k").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / "pass_at_k" / "trials.csv", index=False)
+    trials = report.load(tmp_path, "pass_at_k", "trials.csv")
+    assert trials["error"].isna().all() and trials["reward"].isna().sum() == 1
+    assert report.seed_curves(trials)["k"].tolist() == [1, 2, 3, 4]
+
+
 def test_judgment_counts_tally_repeated_avoided_and_unjudged():
     j = pd.DataFrame([{"policy": "a", "judge": "rules", "repeated": v} for v in (True, True, False, None)] +
                      [{"policy": "b", "judge": "rules", "repeated": False}])

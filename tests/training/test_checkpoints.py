@@ -121,6 +121,28 @@ def test_a_training_save_leaves_the_optimizer_state_in_the_newest_checkpoint_alo
         (1, False), (2, False), (3, True)]
 
 
+def test_pruning_spares_the_checkpoints_the_selection_would_pick(tmp_path):
+    """keep_checkpoints keeps the newest N besides the top by smoothed reward: pruning those first
+    would leave the selection only the newest to choose from."""
+    import json
+    from types import SimpleNamespace
+
+    from mirl.training.stage import save_checkpoint
+
+    class Engine:
+        def save(self, d):
+            (d / "model.safetensors").write_text("w")
+
+    t = SimpleNamespace(recipe="mirl", keep_checkpoints=2, select_top=2, smoothing=1)
+    stage = SimpleNamespace(params=SimpleNamespace(training=t), checkpoints=tmp_path / "c", out=tmp_path)
+    rewards = {1: 0.1, 2: 0.9, 3: 0.7, 4: 0.0, 5: 0.1, 6: 0.2}
+    for step, r in rewards.items():
+        with (tmp_path / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps({"step": step, "reward": r}) + "\n")
+        save_checkpoint(stage, Engine(), step, draws=step, digest="d")
+    assert [s for s, _ in ck.list_checkpoints(stage.checkpoints)] == [2, 3, 5, 6]
+
+
 def test_a_kill_in_the_middle_of_dropping_a_state_directory_leaves_the_checkpoint_whole(tmp_path):
     root = tmp_path / "c"
     ck.save(root, 1, lambda d: ((d / "model.safetensors").write_text("w"), (d / "zero").mkdir()), {})
