@@ -28,7 +28,8 @@ from mirl.agent.messages import build_messages, message_chars
 from mirl.agent.parse import parse_reply
 from mirl.agent.restore import restore_prefix
 from mirl.agent.tokens import TokenPath
-from mirl.llm.errors import BudgetExceeded
+from mirl.engines.generator import ContextLengthError
+from mirl.llm.errors import BudgetExceeded, LLMError
 from mirl.llm.types import Completion, Model
 from mirl.records.trajectory import Step, Trajectory
 from mirl.sandbox.base import Sandbox, Session
@@ -217,14 +218,25 @@ def _agent_loop(task: Task, session: Session, model: Model, config: AgentConfig,
         kwargs = _model_kwargs(config, seed, len(traj.steps))
         t = time.perf_counter()
         sample = None
-        if tokens is not None:
-            gen, sample = tokens.sample(kwargs.get("seed"))
-            completion = Completion(
-                text=tokens.glue.text(sample.ids), model=traj.models["policy"], input_tokens=gen.prompt_tokens,
-                cached_input_tokens=gen.cached_tokens, output_tokens=len(sample.ids),
-                cost_usd=float(gen.meta.get("cost_usd", 0.0)), latency_s=gen.seconds, finish_reason=sample.finish_reason)
-        else:
-            completion = model.complete(messages, n=1, **kwargs)[0]
+        try:
+            if tokens is not None:
+                gen, sample = tokens.sample(kwargs.get("seed"))
+                completion = Completion(
+                    text=tokens.glue.text(sample.ids), model=traj.models["policy"], input_tokens=gen.prompt_tokens,
+                    cached_input_tokens=gen.cached_tokens, output_tokens=len(sample.ids),
+                    cost_usd=float(gen.meta.get("cost_usd", 0.0)), latency_s=gen.seconds,
+                    finish_reason=sample.finish_reason)
+            else:
+                completion = model.complete(messages, n=1, **kwargs)[0]
+        except (LLMError, ContextLengthError) as e:
+            if isinstance(e, LLMError) and e.kind != "context_length":
+                raise
+            # the model's window is full: the episode ends as at max_context_tokens, and is verified
+            # (an infrastructure error would drop a long, failing rollout out of its group)
+            clock.add("model_s", t)
+            traj.exit_reason = "token_limit"
+            traj.meta["context_error"] = str(e)[:500]
+            return
         clock.add("model_s", t)
         usage["calls"] += 1
         usage["input_tokens"] += completion.input_tokens

@@ -28,12 +28,14 @@ and what a learner trains on from a stored trajectory.
 from __future__ import annotations
 
 import copy
+import json
 import threading
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from mirl.agent import prompts
 from mirl.agent.messages import assistant_text, step_messages
 from mirl.records.trajectory import Step, Trajectory
 
@@ -72,14 +74,18 @@ class ChatGlue:
                 _GLUES[id(tokenizer)] = hit
             return hit[1]
 
-    def prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
-        """The first prompt: the chat template over `messages` with the generation prompt."""
+    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """The first prompt: the chat template over `messages` with the generation prompt, and the
+        tool schemas when the agent acts by tool calls (a template writes them into the system turn)."""
         msgs = [{"role": m["role"], "content": m.get("content") or ""} for m in messages]
-        return self._memoized(("prompt", tuple((m["role"], m["content"]) for m in msgs)), lambda: self._render(msgs))
+        key = ("prompt", tuple((m["role"], m["content"]) for m in msgs), json.dumps(tools, sort_keys=True))
+        return self._memoized(key, lambda: self._render(msgs, tools))
 
-    def _render(self, msgs: list[dict[str, Any]]) -> list[int]:
+    def _render(self, msgs: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        extra = {"tools": tools} if tools else {}
         with _TOKENIZER_LOCK:  # a Hugging Face tokenizer shared by episode threads is not safe to call at once
-            enc = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True)
+            enc = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True,
+                                                     **extra)
         ids = enc["input_ids"]
         if ids and isinstance(ids[0], list):
             ids = ids[0]
@@ -185,7 +191,8 @@ class TokenPath:
 
     def start(self, traj: Trajectory, first_messages: list[dict[str, Any]]) -> None:
         """The first prompt (stored once, in the trajectory), then any restored prefix as context."""
-        traj.prompt_ids = self.glue.prompt_ids(first_messages)
+        tools = [prompts.BASH_TOOL] if self.action_format == "tool" else None  # the text path sends them too
+        traj.prompt_ids = self.glue.prompt_ids(first_messages, tools)
         self.ids = list(traj.prompt_ids)
         for i, step in enumerate(traj.steps):
             self.settle(step)

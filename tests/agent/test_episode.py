@@ -1,4 +1,4 @@
-
+import pytest
 from agent_doubles import SUBMIT, FakeSandbox, FakeSession, Scripted, bash, tool_call
 
 from mirl.agent import AgentConfig, Discard, run_episode
@@ -36,6 +36,32 @@ def test_each_step_samples_with_its_own_seed_and_a_rerun_with_the_same(task):
     model = Scripted([bash("ls"), SUBMIT])
     run_episode(task, FakeSandbox(), model, AgentConfig(max_steps=4, pass_seed=False), seed=3)
     assert all("seed" not in kw for _, kw in model.calls)
+
+
+@pytest.mark.parametrize("error", ["llm", "engine"])
+def test_a_full_context_window_ends_the_episode_at_the_token_limit_and_verifies_it(task, error):
+    """A failing episode that grew past the model's window scores its tests (0 here), as at
+    max_context_tokens: as an error it would drop out of its RL group as an infrastructure fault."""
+    from mirl.engines.generator import ContextLengthError
+    from mirl.llm.errors import LLMError
+
+    class Overflow(Scripted):
+        def complete(self, messages, n=1, **kw):
+            if len(self.calls) == 2:
+                raise (LLMError("context_length", "prompt of 8100 tokens + max_tokens 1024 exceeds 8192")
+                       if error == "llm" else ContextLengthError(8100, 1024, 8192))
+            return super().complete(messages, n, **kw)
+
+    t = run_episode(task, FakeSandbox(reward=0.0), Overflow([bash("ls"), bash("pwd"), SUBMIT]), AgentConfig(max_steps=9))
+    assert t.exit_reason == "token_limit" and t.reward == 0.0 and len(t.steps) == 2
+    assert "8192" in t.meta["context_error"] and t.error is None
+    # any other failure of the model still ends the episode as an error, unverified
+    class Down(Scripted):
+        def complete(self, messages, n=1, **kw):
+            raise LLMError("server", "503")
+
+    t = run_episode(task, FakeSandbox(reward=1.0), Down([]), AgentConfig(max_steps=9))
+    assert t.exit_reason == "error" and t.reward is None
 
 
 def test_model_sees_previous_observation(task):

@@ -145,6 +145,32 @@ def test_token_path_steps_draw_from_their_own_seeds_and_a_prefix_keeps_them(lm, 
     assert calls == [step_seed(5, 1)] and cont.steps[1].completion_ids == whole.steps[1].completion_ids
 
 
+TOOLS_TEMPLATE = (  # Qwen2.5-style: tool schemas go into the system turn when `tools` is given
+    "<|im_start|>system\n{{ messages[0]['content'] }}{% if tools %}\n<tools>{% for t in tools %}{{ t | tojson }}"
+    "{% endfor %}</tools>{% endif %}<|im_end|>\n{% for m in messages[1:] %}<|im_start|>{{ m['role'] }}\n"
+    "{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_a_tool_mode_policy_is_shown_the_bash_tool(lm, task):
+    """The text path sends the tool schema with every call; the token path renders it once, into
+    the first prompt, as the model's template places it."""
+    import copy
+
+    class Generator:  # the tiny model behind a tokenizer whose template renders tools
+        tokenizer = copy.deepcopy(lm.tokenizer)
+        end_ids = lm.end_ids
+        generate_tokens = staticmethod(lm.generate_tokens)
+
+    Generator.tokenizer.chat_template = TOOLS_TEMPLATE
+    shown = {}
+    for mode in ("tool", "text"):
+        t = run_episode(task, FakeSandbox(), Generator(), AgentConfig(action_format=mode, max_steps=1,
+                                                                      max_output_tokens=2))
+        shown[mode] = Generator.tokenizer.decode(t.prompt_ids)
+    assert '<tools>{"type": "function"' in shown["tool"] and '"name": "bash"' in shown["tool"]
+    assert "<tools>" not in shown["text"]
+
+
 def test_text_path_steps_say_they_have_no_ids(lm, task, make_client):
     traj = run_episode(task, FakeSandbox(), Scripted([bash("ls"), SUBMIT]))
     assert traj.prompt_ids is None and [s.tokens for s in traj.steps] == ["none", "none"]
