@@ -301,9 +301,9 @@ def test_a_prompt_and_a_text_seen_before_are_not_rendered_again(lm, monkeypatch)
     calls = {"render": 0, "encode": 0}
     render, encode = glue._render, glue._tokenize
 
-    def counted_render(msgs):
+    def counted_render(msgs, tools=None):
         calls["render"] += 1
-        return render(msgs)
+        return render(msgs, tools)
 
     def counted_encode(text, special):
         calls["encode"] += 1
@@ -317,6 +317,8 @@ def test_a_prompt_and_a_text_seen_before_are_not_rendered_again(lm, monkeypatch)
     assert glue.prompt_ids(msgs) == template_ids(lm, msgs) and calls["render"] == 1
     other = [msgs[0], {"role": "user", "content": "List /tmp."}]
     assert glue.prompt_ids(other) == template_ids(lm, other) and calls["render"] == 2
+    glue.prompt_ids(other, [{"type": "function", "function": {"name": "bash"}}])  # with tools: another prompt
+    assert calls["render"] == 3
     ids = glue.context_ids("ls -la /app")
     assert glue.context_ids("ls -la /app") == ids and calls["encode"] == 1
     assert glue._encode("ls -la /app", special=True) and calls["encode"] == 2  # glue text is another key
