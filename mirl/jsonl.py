@@ -42,7 +42,7 @@ def iter_jsonl(path: str | Path, report: ReadReport | None = None) -> Iterator[d
         return
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
-            if not raw.endswith(b"\n"):  # only the last line can lack its newline: a torn write
+            if not raw.endswith(b"\n") and not _whole(raw):  # only the last line can lack its newline: a torn write
                 if raw.strip():
                     report.torn_tail, report.torn_bytes = True, len(raw)
                     log.warning("%s: skipped a torn last line (%d bytes, an interrupted write)", path, len(raw))
@@ -61,6 +61,15 @@ def iter_jsonl(path: str | Path, report: ReadReport | None = None) -> Iterator[d
             yield record
 
 
+def _whole(raw: bytes) -> bool:
+    """A last line without its newline that is one whole JSON object: a file another tool wrote (no
+    proper prefix of an object's text is an object), kept rather than cut as a torn write."""
+    try:
+        return isinstance(json.loads(raw), dict)
+    except ValueError:
+        return False
+
+
 def read_jsonl(path: str | Path) -> tuple[list[dict[str, Any]], ReadReport]:
     """All complete records of a file (empty when it does not exist) and what was skipped."""
     report = ReadReport()
@@ -68,7 +77,8 @@ def read_jsonl(path: str | Path) -> tuple[list[dict[str, Any]], ReadReport]:
 
 
 def repair_tail(path: str | Path) -> int:
-    """Cut a torn last line off so appends start on a fresh line; returns the bytes removed."""
+    """Cut a torn last line off so appends start on a fresh line (a whole record without its newline
+    gets one); returns the bytes removed."""
     path = Path(path)
     if not path.exists():
         return 0
@@ -91,6 +101,12 @@ def repair_tail(path: str | Path) -> int:
                 cut = start + i + 1
                 break
             pos = start
+        f.seek(cut)
+        if _whole(f.read(size - cut)):  # a whole record that lacks only its newline
+            f.write(b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+            return 0
         f.truncate(cut)
         f.flush()
         os.fsync(f.fileno())

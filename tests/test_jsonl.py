@@ -32,6 +32,20 @@ def test_torn_last_line_is_skipped_reported_and_cut_before_appending(tmp_path):
     assert [r["i"] for r in records] == [0, 1, 3] and report.clean
 
 
+def test_a_whole_last_record_without_its_newline_is_kept(tmp_path):
+    """Files other tools wrote (a user's error steps) often end without a newline: not a torn write."""
+    p = tmp_path / "r.jsonl"
+    p.write_text('{"i": 0}\n{"i": 1}')
+    records, report = read_jsonl(p)
+    assert [r["i"] for r in records] == [0, 1] and report.clean
+    with JsonlWriter(p) as w:
+        assert w.repaired_bytes == 0
+        w.append({"i": 2})
+    assert [r["i"] for r in read_jsonl(p)[0]] == [0, 1, 2] and p.read_text().endswith('{"i": 2}\n')
+    p.write_text('{"i": 0}')  # the only line
+    assert repair_tail(p) == 0 and p.read_text() == '{"i": 0}\n'
+
+
 def test_repair_on_file_without_any_newline(tmp_path):
     p = tmp_path / "r.jsonl"
     p.write_text('{"i": 0')

@@ -8,13 +8,13 @@ work (the training stage: once per step, with the step's wall time), or wraps it
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from mirl.jsonl import append_jsonl, read_jsonl
 
 DEVICE_FILE = "device_time.jsonl"
 _LOCK = threading.Lock()
@@ -43,13 +43,8 @@ def record_device_time(run_dir: str | Path, stage: str, seconds: float, device: 
         raise ValueError(f"device time needs seconds >= 0 and count >= 1, got {seconds!r}, {count!r}")
     row = {"time": time.time(), "stage": stage, "step": step, "part": part,
            "device": device_kind(device), "count": int(count), "seconds": round(float(seconds), 6)}
-    path = Path(run_dir) / DEVICE_FILE
-    with _LOCK:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+    with _LOCK:  # a torn line a kill left is cut first, or this row would be glued to it and lost
+        append_jsonl(Path(run_dir) / DEVICE_FILE, row)
     return row
 
 
@@ -66,18 +61,7 @@ def device_clock(run_dir: str | Path, stage: str, device: Any = "cpu", count: in
 
 def read_device_time(run_dir: str | Path) -> list[dict[str, Any]]:
     """The run's device rows (a torn last line from a kill is skipped)."""
-    path = Path(run_dir) / DEVICE_FILE
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+    return read_jsonl(Path(run_dir) / DEVICE_FILE)[0]
 
 
 def is_gpu(kind: str) -> bool:

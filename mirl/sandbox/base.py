@@ -159,9 +159,9 @@ class HeadTailBuffer:
     def text(self) -> str:
         half = self.limit // 2
         tail = bytes(self.tail[-half:]) if len(self.tail) > half else bytes(self.tail)
+        if not self.truncated:  # one decode: a character across the head/tail seam stays whole
+            return (bytes(self.head) + tail).decode("utf-8", errors="replace")
         head = bytes(self.head).decode("utf-8", errors="replace")
-        if not self.truncated:
-            return head + tail.decode("utf-8", errors="replace")
         elided = self.total - len(self.head) - len(tail)
         return (
             head.rstrip("\ufffd")

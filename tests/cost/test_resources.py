@@ -109,6 +109,16 @@ def test_device_time_recorded_per_step_and_declared_hardware(run):
     assert totals(df, ("run",)).iloc[0]["gpu_hours"] * 3600 == pytest.approx(2 * 40 + 2 * 50 + 800)
 
 
+def test_a_device_row_after_a_kill_mid_write_is_not_lost(tmp_path):
+    from mirl.runner.devices import DEVICE_FILE, read_device_time
+
+    record_device_time(tmp_path, "training", 40.0, device="cpu", step=1)
+    with (tmp_path / DEVICE_FILE).open("a") as f:
+        f.write('{"time": 1, "stage": "train')  # killed mid-write
+    record_device_time(tmp_path, "training", 50.0, device="cpu", step=2)
+    assert [r["step"] for r in read_device_time(tmp_path)] == [1, 2]
+
+
 def test_priced_totals_by_the_paper_rule_and_the_measured_cache(run):
     t = totals(up_to(resources(run), 2), ("run", "phase"))
     paper = price(t, QWEN4B, "paper").set_index("phase")

@@ -122,6 +122,13 @@ def test_head_tail_buffer_keeps_small_output_whole():
     assert buf.text() == "a" * 30 + "b" * 40 + "c" * 30 and not buf.truncated
 
 
+def test_head_tail_buffer_keeps_a_character_across_its_seam_whole():
+    text = "x" + "€" * 30  # 91 bytes: a 3-byte character straddles byte 50, where the head ends
+    buf = HeadTailBuffer(100)
+    buf.feed(text.encode())
+    assert not buf.truncated and buf.text() == text
+
+
 def test_head_tail_buffer_elides_what_fits_neither_end():
     buf = HeadTailBuffer(100)
     for part in (b"a" * 50, b"b" * 30, b"c" * 40):  # 120 bytes: 20 b's fit neither the head nor the tail
