@@ -12,19 +12,43 @@ import json
 from typing import Any
 
 from mirl.agent import prompts
+from mirl.agent.parse import TEXT_TOOL_CALL
 from mirl.records.trajectory import Step
 
 Message = dict[str, Any]
 
 
-def assistant_text(step: Step) -> str:
-    """The reply as the model wrote it, or a canonical one for steps without it (teacher, imports)."""
+def assistant_text(step: Step, action_format: str = "text") -> str:
+    """The reply as the model wrote it, or a canonical one for steps without it (teacher, imports).
+    In tool mode it is the text an in-process policy writes its calls in (`<tool_call>` blocks, which
+    `parse_tool` reads): a hosted model's reply keeps its calls apart from its text."""
+    if action_format == "tool":
+        return _tool_text(step)
     if step.raw:
         return step.raw
     if step.command is None:
         return step.reasoning
     thought = f"THOUGHT: {step.reasoning}\n\n" if step.reasoning else ""
     return f"{thought}```bash\n{step.command}\n```"
+
+
+def _tool_text(step: Step) -> str:
+    if step.raw and TEXT_TOOL_CALL.search(step.raw):
+        return step.raw
+    calls = tool_calls(step, 0)
+    text = step.raw or step.reasoning or ""
+    if not calls:
+        return text
+    blocks = []
+    for c in calls:
+        fn = c.get("function") or {}
+        args = fn.get("arguments", {})
+        try:
+            args = json.loads(args) if isinstance(args, str) else args
+        except ValueError:
+            pass  # kept as the string it was
+        blocks.append("<tool_call>\n" + json.dumps({"name": fn.get("name", ""), "arguments": args}) + "\n</tool_call>")
+    return "\n".join(([text.strip()] if text.strip() else []) + blocks)
 
 
 def tool_calls(step: Step, index: int) -> list[dict[str, Any]]:

@@ -214,7 +214,7 @@ class TokenPath:
                 and len(step.logprobs) == len(ids) and self.glue.text(ids) == step.raw:
             return
         if not (ids and step.raw and self.glue.text(ids) == step.raw):
-            ids = self.glue.context_ids(assistant_text(step))
+            ids = self.glue.context_ids(assistant_text(step, self.action_format))
         step.completion_ids, step.logprobs, step.tokens = list(ids), None, "context"
 
     def observe(self, step: Step, index: int) -> None:

@@ -223,6 +223,17 @@ def test_teacher_steps_are_context_not_samples(lm, glue, task, monkeypatch):
     assert sum(mask) == len(traj.steps[0].completion_ids) + len(traj.steps[2].completion_ids)
 
 
+def test_a_tool_mode_teacher_step_is_shown_as_a_tool_call(lm, glue, task, monkeypatch):
+    """In tool mode the policy must see a teacher's (or an imported) step in the form it acts in, a
+    tool call its parser reads, not a text-mode bash block the system prompt calls a wrong format."""
+    from mirl.agent.parse import parse_tool
+
+    traj, seen = play(lm, task, monkeypatch, hook=TeacherAtStep(1), config={"action_format": "tool"})
+    shown = glue.text(traj.steps[1].completion_ids)
+    assert "```bash" not in shown and parse_tool(shown, None).command == "wc -l /app/data.txt"
+    assert turn_prompts(traj) == seen
+
+
 def test_a_prefix_keeps_its_stored_ids_as_context(lm, task, monkeypatch):
     first, _ = play(lm, task, monkeypatch, seed=8)
     cont, seen = play(lm, task, monkeypatch, prefix=first.steps[:2], seed=9)
