@@ -14,6 +14,7 @@ kernels are other processes).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -37,8 +38,10 @@ def reply(body: dict) -> str:
     first = next((m.get("content", "") for m in msgs if m.get("role") == "user"), "")
     if SYSTEM_MARK in system:
         return annotator_reply(first)
-    if system.startswith(JUDGE_SYSTEM[:60]):
-        return f"It did.\n<answer>{'yes' if '(no runnable command)' in msgs[-1]['content'] else 'no'}</answer>"
+    if system.startswith(JUDGE_SYSTEM[:60]):  # a coin of the judged text: the same text, the same verdict,
+        # and a group of two different continuations is live with chance 1/2 whatever SmolLM2 writes
+        coin = hashlib.sha256(msgs[-1]["content"].encode()).digest()[0] % 2
+        return f"It did.\n<answer>{'yes' if coin else 'no'}</answer>"
     if "review the work of an agent" in system:
         proposed = msgs[-1]["content"].split("Proposed next step")[-1]
         verdict = "bad" if "cat /etc/shadow" in proposed else "good"
