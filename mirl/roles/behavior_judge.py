@@ -180,6 +180,7 @@ def rule_detector_of(misbehavior: ErrorType, mapping: Mapping[str, str] | None =
     if not prov.startswith("rules:"):
         return None
     name = prov.removeprefix("rules:").strip().removeprefix("rules:").strip()
+    name = name.split(";", 1)[0].strip()  # curation appends its history ("; renamed from 'x'")
     return name or None
 
 

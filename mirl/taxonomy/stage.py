@@ -257,7 +257,7 @@ class TaxonomyStage(Stage):
         profiled = self.profiled_environments()
         table = stats.type_stats(taxonomy, labels, steps, profiled)
         stats.apply_threshold(taxonomy, table, p.threshold)
-        version = self._save_if_new(taxonomy, labels)
+        version = self._save_if_new(taxonomy, labels, final=not p.edits)
         if p.edits:
             edits = read_edits(p.edits)
             base = self.store.load(version)
@@ -281,12 +281,13 @@ class TaxonomyStage(Stage):
                 "union_env_coverage": round(stats.union_env_coverage(final_labels, kept, steps, profiled), 4),
                 "unassigned": sum(1 for lb in final_labels if not lb.types), "how": self.how}
 
-    def _save_if_new(self, taxonomy: Taxonomy, labels: list[Label]) -> int:
-        """Save as the next version unless the latest one already holds exactly this."""
+    def _save_if_new(self, taxonomy: Taxonomy, labels: list[Label], final: bool = True) -> int:
+        """Save as the next version unless one already holds exactly this: for the run's final version
+        (what later stages read, the latest) only the latest counts, so a version matching an older one
+        is saved again; for a base that edits follow, any version does (a resume adds none)."""
         store = self.store
-        for v in reversed(store.versions()):
-            old = store.load(v)
-            if (_comparable(old) == _comparable(taxonomy)
+        for v in reversed(store.versions()[-1:] if final else store.versions()):
+            if (_comparable(store.load(v)) == _comparable(taxonomy)
                     and [asdict(x) for x in store.load_labels(v)] == [asdict(x) for x in labels]):
                 return v
         return store.save(taxonomy, labels)

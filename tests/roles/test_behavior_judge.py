@@ -10,7 +10,7 @@ from mirl.llm.errors import LLMError
 from mirl.llm.ledger import read_ledger
 from mirl.llm.scripted import ScriptedModel, register, unregister
 from mirl.records.error_step import ErrorStep
-from mirl.records.taxonomy import ErrorType
+from mirl.records.taxonomy import ErrorType, Taxonomy
 from mirl.records.trajectory import Step, Trajectory
 from mirl.roles.behavior_judge import (
     AnswerError,
@@ -131,6 +131,11 @@ def test_which_detector_and_which_judge():
     assert rule_detector_of(RETRY) == "retry-unchanged-after-failure"
     plain = ErrorType("acts without looking", "d", provenance="llm propose")
     assert rule_detector_of(plain) is None
+    # a curated rename keeps the detector (curation appends its history to the provenance)
+    from mirl.taxonomy.curation import State, apply_edit
+
+    state = apply_edit(State(Taxonomy(types=[RETRY]), {}, set()), {"op": "rename", "type": RETRY.name, "to": "retries a failed command"})
+    assert rule_detector_of(state.taxonomy.get("retries a failed command")) == "retry-unchanged-after-failure"
     assert rule_detector_of(plain, {"acts without looking": "rules:no-runnable-command"}) == "no-runnable-command"
     assert isinstance(judge_for(RETRY), RuleBehaviorJudge)
     assert isinstance(judge_for(RETRY, client=object()), LLMBehaviorJudge)

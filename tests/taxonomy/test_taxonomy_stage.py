@@ -68,6 +68,15 @@ def test_edit_list_makes_a_new_version_and_keeps_the_old(profiled, tmp_path):
     assert v2.parent == 1 and v2.get("replies without command").status == "long_tail"
     renamed = {lb.id for lb in store.load_labels(1) if "no runnable command" in lb.types}
     assert renamed and {lb.id for lb in store.load_labels(2) if "replies without command" in lb.types} == renamed
+    # the first edit list again after another: saved as the latest version, which later stages read
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump([{"op": "long_tail", "type": "no runnable command"}]))
+    assert run_taxonomy(make(taxonomy={"edits": str(other)}), profiled, progress=False)["version"] == 3
+    s = run_taxonomy(make(taxonomy={"edits": str(edits)}), profiled, progress=False)
+    assert s["version"] == store.versions()[-1] == 4 and "replies without command" in store.load(4).names()
+    # and no edit list after edits: the unedited taxonomy is the latest again
+    assert run_taxonomy(make(), profiled, progress=False)["version"] == store.versions()[-1] == 5
+    assert "no runnable command" in store.load(5).names()
     bad = tmp_path / "bad.yaml"
     bad.write_text("op: rename\n")
     with pytest.raises(ValueError, match="edit list is a YAML list"):
