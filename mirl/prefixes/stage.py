@@ -196,6 +196,12 @@ class PrefixStage(EpisodeInputs, Stage):
 
     # --- one check ----------------------------------------------------------------------------------
 
+    def redo(self, record: dict[str, Any]) -> bool:
+        return bool(record.get("error"))  # a check that could not run (a sandbox that did not start): again
+
+    def replay_hint(self) -> str:
+        return "fix what fails and run the stage again: the failed checks run again"
+
     def run_item(self, payload: dict[str, Any]) -> dict[str, Any]:
         prefix = Prefix.from_dict(payload)
         try:

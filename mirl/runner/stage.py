@@ -275,7 +275,7 @@ def _run_items(stage: Stage, items: list[Item], progress: bool) -> dict[str, Any
     }
     summary["complete"] = summary["done"] == summary["planned"] and not stopped
     ours = [r for r in records if stage.key(r) in order]
-    summary["errors"] = sum(r.get("exit_reason") == "error" for r in ours)  # sandbox or model broke (replayed next run)
+    summary["errors"] = sum(map(errored, ours))  # sandbox or model broke (replayed next run)
     why = all_failed(ours)
     if why and stage.replay_hint():
         why = f"{why} ({stage.replay_hint()})"
@@ -287,6 +287,14 @@ def _run_items(stage: Stage, items: list[Item], progress: bool) -> dict[str, Any
     return summary
 
 
+def errored(record: dict[str, Any]) -> bool:
+    """A record of an item that could not run: an episode that ended in an error, or a record without
+    an episode's exit (a prefix check) that carries an error."""
+    if "exit_reason" in record:
+        return record.get("exit_reason") == "error"
+    return bool(record.get("error"))
+
+
 def all_failed(records: list[dict[str, Any]]) -> str:
     """Why a stage's records are unusable, or "": every item failed, or, in a stage that compares
     policies, every item of one policy did (its score would be a broken engine's, not the policy's:
@@ -296,7 +304,7 @@ def all_failed(records: list[dict[str, Any]]) -> str:
         by.setdefault(r.get("policy"), []).append(r)
     whys = []
     for policy, rs in by.items():
-        failed = [r for r in rs if r.get("exit_reason") == "error"]
+        failed = [r for r in rs if errored(r)]
         if rs and len(failed) == len(rs):
             first = Counter(_error_line(r) for r in failed).most_common(1)[0][0]
             who = "every item" if len(by) == 1 else f"every item of policy {policy}"

@@ -111,6 +111,29 @@ def test_rerun_check_modes_on_a_real_sandbox(tmp_path, bwrap, task_factory):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_a_check_the_sandbox_could_not_run_is_checked_again_not_dropped(tmp_path, bwrap, task_factory):
+    """A sandbox that did not start says nothing about the prefix: it is an error, the stage is not
+    complete, and the next run checks it again (it is not a prefix that failed to reproduce)."""
+    from mirl.sandbox.base import SandboxError
+
+    class Down:
+        name, config = bwrap.name, bwrap.config
+
+        def start(self, task, snapshot=None):
+            raise SandboxError("the engine is not answering")
+
+    run = tmp_path / "run"
+    tasks = recorded_run(run, bwrap, task_factory, {"deterministic": SCENARIOS["deterministic"]})
+    params = make(prefixes={"per_misbehavior": 1, "heldout_per_misbehavior": 0, "snapshot": False})
+    down = run_prefixes(params, run, sandbox=Down(), tasks=list(tasks.values()), progress=False)
+    assert down["errors"] == 1 and not down["complete"] and "failed" in down["stopped"]
+    up = run_prefixes(params, run, sandbox=bwrap, tasks=list(tasks.values()), progress=False)
+    assert up["errors"] == 0 and up["complete"] and up["all"]["exact"] == 1
+    assert [p.verdict["exact"] for p in load_prefixes(run)] == [True]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_verify_runs_the_tests_at_each_reproduced_prefix_and_counts_those_that_pass(tmp_path, bwrap, task_factory):
     """With `prefixes.verify`, a prefix whose state already passes the tests is marked so (r_o from it is 1
     whatever the policy does that keeps the state); one that diverged is not tested; without it, none is."""
