@@ -28,6 +28,7 @@ import random
 import re
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,12 +88,17 @@ def round_robin(items_by_env: dict[str, list[Any]], n: int, rng: random.Random) 
 
 
 def sample_prefixes(misbehaviors: list[str], labels: list[Label], steps: list[ErrorStep], per: int, heldout: int,
-                    seed: int) -> list[Prefix]:
+                    seed: int, start: Callable[[ErrorStep], Any] | None = None) -> list[Prefix]:
     """Training prefixes (`per` per misbehavior, spread over environments), then, when `heldout` > 0,
     each misbehavior's queue of held-out candidates in a seeded round-robin order (the stage checks a
     queue's head in waves: `heldout_waves`). The first `heldout` of every queue are set aside before
     the training sample is drawn (so that a small run still has held-out prefixes); the rest of a
-    queue is every error step carrying the misbehavior that no training prefix uses."""
+    queue is every error step carrying the misbehavior that no training prefix uses.
+
+    `start(step)` names what a prefix starts the policy from (`prefix_start`): two error steps with the
+    same start are one prefix to the policy (a step-0 error of two seeds: both start at the task), so
+    training leaves out the starts set aside and the held-out queues leave out the starts trained on."""
+    start = start or (lambda s: s.id)
     by_id = {s.id: s for s in steps}
     carrying: dict[str, list[ErrorStep]] = defaultdict(list)
     for label in labels:
@@ -100,22 +106,35 @@ def sample_prefixes(misbehaviors: list[str], labels: list[Label], steps: list[Er
             if label.id in by_id:
                 carrying[t].append(by_id[label.id])
 
-    def spread(m: str, kind: str, n: int, leave: set[str]) -> list[ErrorStep]:
+    def spread(m: str, kind: str, n: int, leave: set[Any]) -> list[ErrorStep]:
         by_env: dict[str, list[ErrorStep]] = defaultdict(list)
         for s in sorted(carrying[m], key=lambda s: s.id):
-            if s.id not in leave:
+            if start(s) not in leave:
                 by_env[s.env].append(s)
         return round_robin(by_env, n, random.Random(f"{seed}:{kind}:{m}"))
 
     order = {m: spread(m, "heldout", len(carrying[m]), set()) for m in misbehaviors} if heldout > 0 else {}
-    aside = {s.id for m in order for s in order[m][:heldout]}
+    aside = {start(s) for m in order for s in order[m][:heldout]}
     out: list[Prefix] = []
+    trained: set[Any] = set()
     for m in misbehaviors:
-        out += [_prefix(m, s, "train") for s in spread(m, "train", per, aside)]
-    trained = {p.error_id for p in out}
+        drawn = spread(m, "train", per, aside)
+        trained |= {start(s) for s in drawn}
+        out += [_prefix(m, s, "train") for s in drawn]
     for m in order:
-        out += [_prefix(m, s, "heldout") for s in order[m] if s.id not in trained]
+        out += [_prefix(m, s, "heldout") for s in order[m] if start(s) not in trained]
     return out
+
+
+def prefix_start(trajectories: dict[tuple[str, int], Trajectory]) -> Callable[[ErrorStep], Any]:
+    """What an error step's prefix shows the policy: its environment and every earlier step's reply,
+    command, output and exit code (the error step's own id when its trajectory is missing)."""
+    def start(s: ErrorStep) -> Any:
+        traj = trajectories.get((s.env, s.seed))
+        if traj is None:
+            return s.id
+        return (s.env, tuple((x.raw or x.reasoning, x.command, x.output, x.exit_code) for x in traj.steps[:s.step]))
+    return start
 
 
 def heldout_waves(queue: list[Prefix], checked: dict[str, Prefix], want: int, keep: str) -> list[Prefix]:
@@ -175,7 +194,8 @@ class PrefixStage(EpisodeInputs, Stage):
         taxonomy, labels = store.load(v), store.load_labels(v)
         p = self.params.prefixes
         prefixes = sample_prefixes([t.name for t in taxonomy.kept()], labels, load_error_steps(self.run),
-                                   p.per_misbehavior, p.heldout_per_misbehavior, p.seed)
+                                   p.per_misbehavior, p.heldout_per_misbehavior, p.seed,
+                                   start=prefix_start(self.trajectories()))
         atomic_write_jsonl(path, [x.to_dict() for x in prefixes])
         return prefixes
 

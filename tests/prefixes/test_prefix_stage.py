@@ -48,6 +48,31 @@ def test_sampling_sets_the_first_held_out_candidates_aside_and_queues_the_rest_t
     assert [p.split for p in few].count("train") == 2 and [p.split for p in few].count("heldout") == 1
 
 
+def test_a_held_out_prefix_never_starts_where_a_training_prefix_does():
+    """A step-0 error of two seeds of one environment: both prefixes are the task alone, one start.
+    The paper's held-out prefixes are unseen in training, so the start is one split's only."""
+    from mirl.prefixes.stage import prefix_start
+    from mirl.records.trajectory import Step, Trajectory
+
+    steps = [ErrorStep(env=f"e{i}", seed=seed, step=0, rejected_command="x", reason="r") for i in range(4) for seed in (0, 1)]
+    steps += [ErrorStep(env="e0", seed=2, step=1, rejected_command="x", reason="r")]  # after a step of its own
+    trajs = {(s.env, s.seed): Trajectory(task=s.env, seed=s.seed, models={}, instruction="i",
+                                         steps=[Step(reasoning="", command=f"ls {s.seed}", output="", exit_code=0)])
+             for s in steps}
+    labels = [Label(s.id, ["m"]) for s in steps]
+    start = prefix_start(trajs)
+    for seed in range(20):
+        out = sample_prefixes(["m"], labels, steps, per=3, heldout=2, seed=seed, start=start)
+        train = {start(next(s for s in steps if s.id == p.error_id)) for p in out if p.split == "train"}
+        held = [start(next(s for s in steps if s.id == p.error_id)) for p in out if p.split == "heldout"]
+        assert train and held and not train & set(held), seed
+    # without `start`, two error steps are two prefixes (the ids): a seed where the same start is in both
+    leaks = [seed for seed in range(20) if (lambda out: {p.env for p in out if p.split == "train" and p.steps == 0}
+             & {p.env for p in out if p.split == "heldout" and p.steps == 0})(
+                 sample_prefixes(["m"], labels, steps, per=3, heldout=2, seed=seed))]
+    assert leaks
+
+
 def test_held_out_waves_check_until_enough_are_kept_or_the_queue_is_used_up():
     queue = [Prefix(id=f"m|{i}", misbehavior="m", error_id=str(i), env="e", seed=0, steps=1, split="heldout")
              for i in range(6)]
