@@ -108,7 +108,9 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
                               + (f", e.g. {hint}" if hint else ""))
         node = values
         for i, part in enumerate(parts[:-1]):
-            nxt = node.setdefault(part, {})
+            if node.get(part) is None:  # an empty section header in the file
+                node[part] = {}
+            nxt = node[part]
             if not isinstance(nxt, dict):
                 raise ParamsError(f"override {dotted!r}: {'.'.join(parts[:i + 1])} is not a section")
             node = nxt
@@ -123,6 +125,8 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """`over` on top of `base`, mappings merged key by key, anything else replaced."""
     out = dict(base)
     for k, v in over.items():
+        if v is None and isinstance(out.get(k), dict):
+            continue  # a section header whose keys are all commented out: nothing to change
         out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 

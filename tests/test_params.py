@@ -92,6 +92,19 @@ def test_a_missing_base_names_the_file_that_says_base(tmp_path):
         recipes.load(mine)  # `mirl batch` reads the chain for recipes first: the same message
 
 
+def test_an_empty_section_in_a_file_with_a_base_keeps_the_base_section(tmp_path):
+    """A section header whose keys are all commented out changes nothing, and overrides still apply."""
+    (tmp_path / "base.yaml").write_text("training: {lr: 3.0e-6, steps: 7}\n")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("base: base.yaml\ntraining:\n  # lr: 1.0e-5\n")
+    p = pipeline.load(mine)
+    assert (p.training.lr, p.training.steps) == (3.0e-6, 7)
+    assert pipeline.load(mine, ["training.steps=9"]).training.steps == 9
+    alone = tmp_path / "alone.yaml"
+    alone.write_text("profiling: {seeds: 2}\ntraining:\n")
+    assert pipeline.load(alone, ["training.steps=9"]).training.steps == 9
+
+
 def test_an_unknown_section_is_named_so_whatever_its_value():
     with pytest.raises(ParamsError, match="unknown section.s. profilng"):
         pipeline.make(profilng=3)
