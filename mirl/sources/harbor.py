@@ -123,7 +123,13 @@ def read_trial(trial: Path) -> Trajectory:
     traj.reward = _reward(trial, result)
     exc = result.get("exception_info")
     if isinstance(exc, dict) and exc:
-        traj.error = f"{exc.get('exception_type', 'error')}: {exc.get('exception_message', '')}".strip()
+        text = f"{exc.get('exception_type', 'error')}: {exc.get('exception_message', '')}".strip()
+        if traj.reward is None:
+            traj.error = text
+        else:  # Harbor verifies after an agent timeout: the reward stands, the episode ended at its limit
+            traj.meta["harbor_exception"] = text
+            if exc.get("exception_type") == "AgentTimeoutError":
+                traj.exit_reason = "agent_timeout"
     usage = result.get("agent_result") if isinstance(result.get("agent_result"), dict) else {}
     traj.meta["harbor"] = {"trial_name": result.get("trial_name"), "trial_uri": result.get("trial_uri"),
                            "agent": {k: agent.get(k) for k in ("name", "version") if agent.get(k)},

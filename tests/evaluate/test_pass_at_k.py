@@ -156,6 +156,31 @@ def test_a_harbor_job_is_scored_as_another_policy(tmp_path, tasks, policies):
     assert close(gemini["score"], 1.0) and int(gemini["n_tasks"]) == 3 and gemini["se"] == ""  # one trial a task
 
 
+def test_a_harbor_trial_that_timed_out_keeps_the_reward_its_verifier_gave(tmp_path):
+    """Harbor runs the verifier after an agent timeout: the reward stands; an exception without a
+    reward (the verifier never ran) is an errored trial."""
+    import json
+    import shutil
+
+    from mirl.evaluate.pass_at_k import read_source_trials
+
+    jobs = tmp_path / "jobs"
+    shutil.copytree(HARBOR, jobs)
+    timed, crashed = sorted(p for p in jobs.glob("*/*") if (p / "result.json").exists())[:2]
+    for trial, kind in ((timed, "AgentTimeoutError"), (crashed, "RuntimeError")):
+        result = json.loads((trial / "result.json").read_text())
+        result["exception_info"] = {"exception_type": kind, "exception_message": "x"}
+        if kind != "AgentTimeoutError":
+            result["verifier_result"] = None
+            shutil.rmtree(trial / "verifier", ignore_errors=True)
+        (trial / "result.json").write_text(json.dumps(result))
+    rows, _ = read_source_trials([str(jobs)])
+    got = {r["task"]: (r["reward"], r["error"]) for r in rows}
+    assert got[json.loads((timed / "result.json").read_text())["task_name"]] == (1.0, None)
+    reward, error = got[json.loads((crashed / "result.json").read_text())["task_name"]]
+    assert reward is None and error.startswith("RuntimeError")
+
+
 def test_two_job_directories_of_one_agent_are_two_runs_of_its_tasks(tmp_path, tasks, policies):
     import shutil
 
