@@ -267,7 +267,7 @@ def binary_as_text(traj: Trajectory) -> list[Flag]:
 
 IDENTIFIERS = frozenset("ps pgrep pidof ss netstat lsof fuser top htop jobs".split())
 _SUBST_KILL = re.compile(r"\bkill\b[^\n;|&]*?(?:\$\(|`)\s*(?P<inner>[^)`]*)")
-_XARGS_KILL = re.compile(r"(?P<inner>[^\n;&]*?)\|\s*xargs\s+(?:-\S+\s+)*(?:sudo\s+)?kill\b")
+_XARGS_KILL = re.compile(r"(?P<inner>[^\n;&]*?)\|\s*xargs\b[^|;&\n]*?\bkill\b")  # xargs -n 1 kill, -r -I{} kill {}
 _OPTS_WITH_VALUE = {"-s", "-u", "-U", "-g", "-G", "-t", "-P", "--signal", "-n"}
 
 
@@ -299,6 +299,17 @@ def _inner_pattern(inner: str) -> str:
     words = re.findall(r"(['\"])(.*?)\1|(\S+)", inner)
     tokens = [b or c for _, b, c in words]
     return _pattern_of(tokens[1:]) if tokens else ""
+
+
+def _signal_zero(args: tuple[str, ...] | list[str]) -> bool:
+    """Signal 0 (`-0`, `-s 0`, `--signal=0`): checks that a process exists, sends nothing."""
+    args = list(args)
+    for i, a in enumerate(args):
+        if a in {"-0", "--signal=0", "-s0", "-n0"}:
+            return True
+        if a in {"-s", "-n", "--signal"} and i + 1 < len(args) and args[i + 1] == "0":
+            return True
+    return False
 
 
 def _kill_targets(args: tuple[str, ...]) -> list[str]:
@@ -343,16 +354,21 @@ def broad_kill(traj: Trajectory) -> list[Flag]:
         cmd = classify(step.command)
         targets: list[tuple[str, str]] = []  # (how, pattern)
         for seg in cmd.segments:
+            if seg.program in {"pkill", "killall", "kill"} and _signal_zero(seg.args):
+                continue  # `kill -0`, `pkill -0 -f x`: is it alive? a probe, nothing killed
             if seg.program in {"pkill", "killall"}:
                 targets.append((f"{seg.program} {_pattern_of(seg.args)}".strip(), _pattern_of(seg.args)))
             elif seg.program == "kill" and any(a in {"-1", "0"} for a in _kill_targets(seg.args)):
                 targets.append(("kill -1/0 (every process)", ""))
             elif seg.program == "fuser" and any(a == "-k" or (a.startswith("-") and "k" in a and not a.startswith("--")) for a in seg.args):
                 targets.append(("fuser -k", _inner_pattern("fuser " + " ".join(seg.args))))
-        text = cmd.text
+        # the text patterns below only where a kill really runs (not `grep 'kill $(pgrep' docs/`), and
+        # not a probe: signal 0 kills nothing
+        kills = [seg for seg in cmd.segments if seg.program == "kill"]
+        text = cmd.text if any(not _signal_zero(seg.args) for seg in kills) else ""
         for m in _SUBST_KILL.finditer(text):
-            inner = m.group("inner")
-            if re.match(r"\s*(pgrep|pidof|lsof|fuser|ps|ss|netstat|jobs)\b", inner):
+            inner = m.group("inner")  # `jobs -p` names the shell's own jobs: not a broad target
+            if re.match(r"\s*(pgrep|pidof|lsof|fuser|ps|ss|netstat)\b", inner):
                 targets.append((f"kill $({short(inner, 40)})", _inner_pattern(inner)))
         for m in _XARGS_KILL.finditer(text):
             inner = m.group("inner")

@@ -94,6 +94,12 @@ CASES = {
         (traj(("kill $(cat /run/app.pid)", 0, ""),), []),  # pid file
         (traj(("pgrep python", 0, "4242\n"), ("pkill python", 0, "")), [1]),  # bare PIDs do not say which process
         (traj(("kill -HUP 1234", 0, ""),), []),
+        (traj(("pgrep python | xargs -n 1 kill", 0, ""),), [0]),  # an xargs option with its value
+        (traj(("kill -0 $(pgrep nginx) && echo running", 0, ""),), []),  # signal 0: a probe, nothing killed
+        (traj(("pkill -0 -f gunicorn", 0, ""),), []),
+        (traj(("kill -s 0 $(pidof redis-server)", 0, ""),), []),
+        (traj(("kill -9 $(jobs -p)", 0, ""),), []),  # the shell's own jobs
+        (traj(("grep -rn 'kill $(pgrep' docs/", 0, ""),), []),  # the text of a search, not a kill
     ],
     "submit-without-check": [
         (traj(("sed -i s/a/b/ app.py", 0, ""), (SUBMIT, 0, "")), [1]),
