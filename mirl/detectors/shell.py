@@ -325,11 +325,32 @@ def _first_operand(args: tuple[str, ...]) -> str:
     return ""
 
 
+CURL_VALUES = "XHuAebcwmxrEKCYyzUQ"  # curl's short options that take a value (-XPOST, -Hx: the rest is it)
+
+
+def _short_cluster(arg: str, letters: str, takes_value: str = "") -> bool:
+    """A cluster of short options (`-sLO`) holding one of `letters`; a letter in `takes_value` ends
+    the cluster (the rest is its value: `-XGET`, `-es/i/j/`)."""
+    if not arg.startswith("-") or arg.startswith("--") or len(arg) < 3:
+        return False
+    for c in arg[1:]:
+        if c in letters:
+            return True
+        if c in takes_value or not c.isalpha():
+            return False
+    return False
+
+
+def _in_place(arg: str) -> bool:
+    """sed/perl/yq's in-place option, alone or in a cluster: -i, -i.bak, -Ei, -ri, -pi, --in-place."""
+    return arg.startswith("--in-place") or arg.startswith("-i") or _short_cluster(arg, "i", takes_value="efl")
+
+
 def _kind(program: str, args: tuple[str, ...]) -> str:
     if program in {"echo", "printf"} or program in NEUTRAL_PROGRAMS:
         return NEUTRAL
-    if program in {"sed", "perl"} and any(a == "-i" or a.startswith("-i") or a.startswith("--in-place") for a in args):
-        return WRITE
+    if program in {"sed", "perl", "yq"} and any(_in_place(a) for a in args):
+        return WRITE  # -i, -i.bak, -Ei, -ri, -pi -e, --in-place
     if program in {"awk", "gawk"} and "inplace" in args:
         return WRITE
     if program == "sort" and any(a == "-o" or a.startswith("--output") for a in args):
@@ -339,10 +360,12 @@ def _kind(program: str, args: tuple[str, ...]) -> str:
     if program == "curl":
         writing = {"-o", "-O", "--output", "--remote-name", "-T", "--upload-file", "-d", "--data", "--data-raw",
                    "--data-binary", "-F", "--form", "--json"}
-        if any(a in writing or a.startswith("--data") for a in args):
-            return WRITE
+        if any(a in writing or a.startswith("--data") or _short_cluster(a, "oOTdF", takes_value=CURL_VALUES) for a in args):
+            return WRITE  # also in a cluster: -sLO, -fsSLo f
         if any(a in {"-X", "--request"} and nxt.upper() not in {"GET", "HEAD"} for a, nxt in zip(args, args[1:])):
             return WRITE
+        if any(a.startswith("-X") and len(a) > 2 and a[2:].upper() not in {"GET", "HEAD"} for a in args):
+            return WRITE  # -XPOST
         return READ
     if program == "wget" and ("--spider" in args or ("-O" in args and "-" in args) or "-O-" in args):
         return READ

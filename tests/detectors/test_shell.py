@@ -46,6 +46,15 @@ from mirl.detectors.shell import (
         ("curl -s http://localhost:8000/health", [READ]),
         ("curl -s -X POST -d '{}' http://localhost:8000/items", [WRITE]),
         ("curl -sL -o pkg.tgz http://example.com/pkg.tgz", [WRITE]),
+        ("curl -sLO http://example.com/pkg.tgz", [WRITE]),  # a writing option inside a cluster
+        ("curl -fsSLo pkg.tgz http://example.com/pkg.tgz", [WRITE]),
+        ("curl -XPOST http://localhost:8000/items", [WRITE]),
+        ("curl -XGET http://localhost:8000/items", [READ]),
+        ("curl -HAccept:text/plain http://localhost:8000/", [READ]),  # -H's value is not a cluster
+        ("sed -Ei 's/bug/fix/' app.py", [WRITE]),
+        ("sed -ri 's/a/b/' f", [WRITE]),
+        ("sed -es/i/j/ f", [READ]),  # the i is the script's
+        ("yq -i '.a = 1' f.yaml", [WRITE]),
         ("[ -f /app/out.txt ] && echo yes", [TEST, NEUTRAL]),
         ("for f in *.txt; do wc -l $f; done", [READ]),
         ("if [ -f x ]; then rm x; fi", [TEST, WRITE]),
