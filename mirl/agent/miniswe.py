@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from mirl.agent.messages import assistant_text, observation_text, tool_calls
-from mirl.agent.parse import parse_reply
+from mirl.agent.parse import parse_reply, shell_command
 from mirl.agent.prompts import SUBMIT_MARKER, instance_prompt, system_prompt
 from mirl.records.trajectory import Step, Trajectory
 
@@ -171,6 +171,21 @@ def _text(content: Any) -> str:
     return content if isinstance(content, str) else str(content)
 
 
+def _call_command(call: dict[str, Any]) -> str | None:
+    """The shell command of one call of a chat transcript: a `bash` call as the harness parses it,
+    else any tool whose arguments hold one (`execute_bash`, `shell`: `{"cmd": ...}`)."""
+    command = parse_reply("tool", "", [call]).command
+    if command is not None:
+        return command
+    args = (call.get("function") or {}).get("arguments", call.get("arguments"))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None
+    return shell_command(args) if isinstance(args, dict) else None
+
+
 def _call_id(call: Any) -> str | None:
     return call.get("id") if isinstance(call, dict) else None
 
@@ -197,7 +212,7 @@ def _reply_steps(msg: dict[str, Any], action_format: str) -> list[tuple[Step, se
         commands = [a.get("command", a.get("action")) for a in actions]
         ids = [a.get("tool_call_id") for a in actions]
     elif calls:  # a chat transcript without mini-swe-agent's parse: each call is an action
-        commands = [parse_reply("tool", "", [c]).command for c in calls]
+        commands = [_call_command(c) for c in calls]
         ids = [_call_id(c) for c in calls]
     else:  # 1.x text mode: exactly one block or a format error
         return [(Step(reasoning=reasoning, command=parsed.command, raw=content), set())]

@@ -81,6 +81,26 @@ def parse_tool(reply: str, tool_calls: list[dict[str, Any]] | None) -> Parsed:
     return Parsed(reasoning, args["command"], None, calls)
 
 
+# argument keys that hold a shell command in tools of other harnesses (Terminus keystrokes, OpenHands cmd...)
+SHELL_KEYS = ("command", "cmd", "keystrokes", "script", "bash_command", "shell_command", "commands")
+# file-editor tools (OpenHands and SWE-agent `str_replace_editor`, Anthropic's text editor) name their
+# subcommand `command` too: `{"command": "create", "path": ...}` runs no shell command `create`
+EDITOR_COMMANDS = frozenset({"view", "create", "str_replace", "insert", "undo_edit"})
+
+
+def shell_command(args: dict[str, Any]) -> str | None:
+    """The shell command in a tool call's arguments, whatever the tool is called; None for none."""
+    if args.get("command") in EDITOR_COMMANDS and "path" in args:
+        return None  # an editor's subcommand, not a shell command
+    for key in SHELL_KEYS:
+        value = args.get(key)
+        if isinstance(value, str):
+            return value[:-1] if value.endswith("\n") and key == "keystrokes" else value
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return "\n".join(value)
+    return None
+
+
 def parse_reply(action_format: str, reply: str, tool_calls: list[dict[str, Any]] | None = None) -> Parsed:
     if action_format == "tool":
         return parse_tool(reply, tool_calls)

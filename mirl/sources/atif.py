@@ -38,20 +38,16 @@ from typing import Any
 
 import mirl
 from mirl.agent.miniswe import _parse_rendered
-from mirl.agent.parse import parse_reply
+from mirl.agent.parse import parse_reply, shell_command
 from mirl.agent.prompts import SUBMIT_MARKER
 from mirl.records.trajectory import Step, Trajectory
 from mirl.sources.base import TrajectoryFileError
 
 NAME = "ATIF"
 SCHEMA = "ATIF-v1.7"
-SHELL_KEYS = ("command", "cmd", "keystrokes", "script", "bash_command", "shell_command", "commands")
 SUBMIT_TOOLS = frozenset({"mark_task_complete", "task_complete", "submit", "finish", "complete_task",
                           "attempt_completion", "submit_solution", "final_answer"})
 TOKEN_FIELDS = ("prompt_token_ids", "completion_token_ids", "logprobs")
-# file-editor tools (OpenHands and SWE-agent `str_replace_editor`, Anthropic's text editor) name their
-# subcommand `command` too: `{"command": "create", "path": ...}` runs no shell command `create`
-EDITOR_COMMANDS = frozenset({"view", "create", "str_replace", "insert", "undo_edit"})
 # what Terminus-2 answers a reply it could not parse with (the reply ran nothing)
 TERMINUS_PARSE_ERROR = "Previous response had parsing errors"
 _XML_KEYSTROKES = re.compile(r"<keystrokes[^>]*>(.*?)</keystrokes>", re.DOTALL)
@@ -94,18 +90,6 @@ def _arguments(call: dict[str, Any]) -> dict[str, Any]:
         except ValueError:
             return {"command": args}
     return args if isinstance(args, dict) else {}
-
-
-def _shell_command(args: dict[str, Any]) -> str | None:
-    if args.get("command") in EDITOR_COMMANDS and "path" in args:
-        return None  # an editor's subcommand, not a shell command
-    for key in SHELL_KEYS:
-        value = args.get(key)
-        if isinstance(value, str):
-            return value[:-1] if value.endswith("\n") and key == "keystrokes" else value
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return "\n".join(value)
-    return None
 
 
 # ATIF metric -> our Step field; prompt ids have no Step field (the trajectory keeps the first prompt's)
@@ -230,7 +214,7 @@ def _agent_steps(raw: dict[str, Any], mini_text: bool, last: bool) -> list[Step]
     for call in calls:
         name = str(call.get("function_name") or call.get("name") or "")
         args = _arguments(call)
-        command = _shell_command(args)
+        command = shell_command(args)
         meta: dict[str, Any] = {"tool": name, "tool_call_id": call.get("tool_call_id")}
         if name in SUBMIT_TOOLS:
             meta["submission"] = True

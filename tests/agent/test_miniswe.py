@@ -120,6 +120,25 @@ def test_two_tool_calls_in_one_reply_are_two_steps():
     assert [s.reasoning for s in t.steps[1:3]] == ["Read both.", ""]  # the shared reasoning sits on the first
 
 
+def test_a_chat_transcript_reads_the_command_of_a_shell_tool_of_any_name():
+    """OpenAI-style transcripts name their shell tool as they like (`execute_bash`, `shell` with `cmd`)."""
+    def call(cid, name, args):
+        return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+    data = {"messages": [
+        {"role": "system", "content": "sys"}, {"role": "user", "content": "Please solve this issue: x"},
+        {"role": "assistant", "content": "Count.", "tool_calls": [call("c1", "execute_bash", {"command": "wc -l d.txt"})]},
+        {"role": "tool", "tool_call_id": "c1", "content": "3 d.txt"},
+        {"role": "assistant", "content": "Stop it.", "tool_calls": [call("c2", "shell", {"cmd": "pkill python"})]},
+        {"role": "tool", "tool_call_id": "c2", "content": ""},
+        {"role": "assistant", "content": "Look.", "tool_calls": [call("c3", "str_replace_editor",
+                                                                      {"command": "view", "path": "/app/d.txt"})]},
+        {"role": "tool", "tool_call_id": "c3", "content": "a\nb\nc"}]}
+    t = from_traj_json(data)
+    assert [s.command for s in t.steps] == ["wc -l d.txt", "pkill python", None]  # an editor's view runs no shell
+    assert "3 d.txt" in t.steps[0].output
+
+
 def test_an_imported_file_is_exported_as_it_was():
     data = _two_call_reply()
     assert to_traj_json(from_traj_json(json.loads(json.dumps(data)))) == data
