@@ -9,6 +9,7 @@ database or web server would score the agent on a broken environment.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,14 @@ TB1_VARIABLES = {
     "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent",
 }
 # Settings of the service that a single sandbox container needs no translation for.
+# command, entrypoint and volumes are read below: a keep-alive command and the log mounts need nothing; the
+# resource limits and `network_mode: none` become the task's own settings
 SERVICE_KEYS = {"build", "image", "container_name", "command", "entrypoint", "environment", "volumes", "tty",
-                "stdin_open", "init", "hostname", "deploy", "networks", "network_mode", "restart", "platform"}
+                "stdin_open", "init", "hostname", "deploy", "networks", "network_mode", "restart", "platform",
+                "mem_limit", "cpus"}
+# a command that only keeps the container alive (what the sandbox does anyway), with or without `sh -c`
+KEEP_ALIVE = re.compile(r"\s*(?:(?:/bin/)?(?:ba)?sh\s+-c\s+)?[\"']?\s*(?:sleep\s+(?:infinity|\d+)|tail\s+-f\s+/dev/null)"
+                        r"\s*[\"']?\s*")
 TOP_KEYS = {"version", "services", "networks", "volumes", "name"}
 
 
@@ -37,6 +44,9 @@ class ComposeEnv:
     image: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # the service's `environment:`, ${VAR} left for the host
     notes: list[str] = field(default_factory=list)
+    memory_mb: int | None = None  # deploy.resources.limits.memory (or mem_limit)
+    cpus: float | None = None  # deploy.resources.limits.cpus (or cpus)
+    allow_internet: bool | None = None  # False for `network_mode: none`
 
 
 def _substitute_tb1(value: str) -> str:
@@ -89,6 +99,7 @@ def read(path: Path, rel: str, main: str, add) -> ComposeEnv:
     out.notes += [f"{rel}: {key} is not applied" for key in sorted(set(data) - TOP_KEYS)]
     out.notes += [f"{rel}: services.{main}.{key} is not applied" for key in sorted(set(svc) - SERVICE_KEYS)]
     out.env = _environment(svc.get("environment"), lambda f, m: add(f"services.{main}.{f}", m))
+    _settings(svc, out, f"{rel}: services.{main}", lambda f, m: add(f"services.{main}.{f}", m))
     build, image = svc.get("build"), svc.get("image")
     if build is not None:
         if isinstance(build, str):
@@ -112,3 +123,43 @@ def read(path: Path, rel: str, main: str, add) -> ComposeEnv:
     else:
         add(f"services.{main}", "needs a build (a Dockerfile) or a fixed image")
     return out
+
+
+def _size_mb(value: Any) -> int | None:
+    """A compose memory size ("512M", "1.5g", "2GB", a number of bytes) in MB; None when unreadable."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", str(value), re.I)
+    if not m or float(m.group(1)) <= 0:
+        return None
+    scale = {"": 1 / 2**20, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024**2}[m.group(2).lower()]
+    return max(1, int(float(m.group(1)) * scale))
+
+
+def _settings(svc: dict[str, Any], out: ComposeEnv, where: str, add) -> None:
+    """Resource limits and `network_mode: none` as the task's settings; a command other than a keep-alive
+    and volumes other than the log mounts as notes (the sandbox starts its own container)."""
+    deploy = svc.get("deploy") if isinstance(svc.get("deploy"), dict) else {}
+    resources = deploy.get("resources") if isinstance(deploy.get("resources"), dict) else {}
+    limits = resources.get("limits") if isinstance(resources.get("limits"), dict) else {}
+    memory = limits.get("memory", svc.get("mem_limit"))
+    if memory is not None:
+        out.memory_mb = _size_mb(memory)
+        if out.memory_mb is None:
+            add("deploy.resources.limits.memory", f"must look like '512M' or '2G', got {memory!r}")
+    cpus = limits.get("cpus", svc.get("cpus"))
+    if cpus is not None:
+        try:
+            out.cpus = float(cpus)
+        except (TypeError, ValueError):
+            add("deploy.resources.limits.cpus", f"must be a number, got {cpus!r}")
+    if svc.get("network_mode") == "none":
+        out.allow_internet = False
+    for key in ("command", "entrypoint"):
+        value = svc.get(key)
+        text = " ".join(map(str, value)) if isinstance(value, list) else str(value or "")
+        if text and not KEEP_ALIVE.fullmatch(text):
+            out.notes.append(f"{where}.{key} is not applied ({text[:80]!r}): the sandbox starts the container its own way")
+    for volume in svc.get("volumes") or []:
+        target = volume.get("target") if isinstance(volume, dict) else _substitute_tb1(str(volume)).split(":")[1:2]
+        target = target[0] if isinstance(target, list) and target else target
+        if not (isinstance(target, str) and (target == "/logs" or target.startswith("/logs/"))):
+            out.notes.append(f"{where}.volumes: {volume!r} is not mounted (only the log directories are)")

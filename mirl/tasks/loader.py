@@ -197,6 +197,16 @@ def _network(p: _Problems, env: dict) -> tuple[bool, str]:
     return mode == "public", mode
 
 
+def _compose_settings(c: compose_mod.ComposeEnv, env: dict, fields: dict[str, Any]) -> None:
+    """The compose service's limits and `network_mode: none` where the task file sets none of its own."""
+    if c.memory_mb is not None and fields.get("memory_mb") is None:
+        fields["memory_mb"] = c.memory_mb
+    if c.cpus is not None and fields.get("cpus") is None:
+        fields["cpus"] = c.cpus
+    if c.allow_internet is False and "allow_internet" not in env and "network_mode" not in env:
+        fields["allow_internet"] = False
+
+
 def _environment(p: _Problems, root: Path, env: dict, fields: dict[str, Any]) -> None:
     """Image or Dockerfile, from environment/Dockerfile, [environment] docker_image or a one-service compose file."""
     image = env.get("docker_image")
@@ -213,6 +223,7 @@ def _environment(p: _Problems, root: Path, env: dict, fields: dict[str, Any]) ->
         c = compose_mod.read(compose_path, rel, "main", lambda f, m: p.add(rel, f, m))
         p.notes += c.notes
         fields["environment_env"] = {**c.env, **fields["environment_env"]}
+        _compose_settings(c, env, fields)
         if c.dockerfile is not None:
             dockerfile, has_df = c.dockerfile, True
         elif c.image is not None:
@@ -371,6 +382,7 @@ def _load_terminal_bench(root: Path, p: _Problems) -> dict[str, Any]:
         c = compose_mod.read(compose_path, "docker-compose.yaml", "client", lambda f, m: p.add("docker-compose.yaml", f, m))
         p.notes += c.notes
         fields["environment_env"] = c.env
+        _compose_settings(c, {}, fields)
         fields["dockerfile"], fields["image"] = c.dockerfile, c.image
     elif (root / "Dockerfile").is_file():
         fields["dockerfile"] = root / "Dockerfile"

@@ -122,6 +122,37 @@ def test_harbor_compose_with_only_main_loads_as_its_dockerfile(tmp_path):
     assert task.env == {"GREETING": "hello", "PATH_EXTRA": "/opt/bin"}  # the Dockerfile's ENV is still read
 
 
+def test_harbor_compose_limits_and_no_network_become_the_tasks_settings(tmp_path):
+    """The limits and `network_mode: none` are the task's own where task.toml sets none; what the
+    sandbox does not apply (a command that starts a service, an entrypoint, a data volume) is said."""
+    compose = HARBOR_COMPOSE + """    network_mode: none
+    command: [sh, -c, "service postgresql start && sleep infinity"]
+    entrypoint: /docker-entrypoint.sh
+    volumes:
+      - ./data:/srv/data
+      - ${T_BENCH_TASK_LOGS_PATH}:/logs
+    deploy:
+      resources:
+        limits: {memory: 1.5G, cpus: "0.5"}
+"""
+    bare_toml = "version = \"1.0\"\n[verifier]\ntimeout_sec = 30.0\n"
+    root = write_harbor(tmp_path / "compose-limits", **{"environment/docker-compose.yaml": compose,
+                                                         "task.toml": bare_toml})
+    task = load_task(root)
+    assert (task.memory_mb, task.cpus, task.allow_internet) == (1536, 0.5, False)
+    notes = "\n".join(task.notes)
+    assert "services.main.command is not applied" in notes and "services.main.entrypoint is not applied" in notes
+    assert "./data:/srv/data" in notes and "/logs" not in notes.replace("./data:/srv/data", "")
+    # a keep-alive alone is what the sandbox does anyway: nothing to say
+    keep = HARBOR_COMPOSE + "    command: [sh, -c, sleep infinity]\n"
+    root = write_harbor(tmp_path / "compose-keep", **{"environment/docker-compose.yaml": keep, "task.toml": bare_toml})
+    assert not [n for n in load_task(root).notes if "command" in n]
+    # the task file's own settings win
+    root = write_harbor(tmp_path / "compose-toml", **{"environment/docker-compose.yaml": compose})
+    task = load_task(root)
+    assert (task.memory_mb, task.cpus) == (512, 2)
+
+
 def test_harbor_compose_image_only_main(tmp_path):
     root = write_harbor(tmp_path / "compose-image", **{
         "environment/Dockerfile": None,
