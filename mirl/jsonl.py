@@ -64,6 +64,8 @@ def iter_jsonl(path: str | Path, report: ReadReport | None = None) -> Iterator[d
 def _whole(raw: bytes) -> bool:
     """A last line without its newline that is one whole JSON object: a file another tool wrote (no
     proper prefix of an object's text is an object), kept rather than cut as a torn write."""
+    if not raw.rstrip().endswith(b"}"):  # most torn lines: no parse needed
+        return False
     try:
         return isinstance(json.loads(raw), dict)
     except ValueError:

@@ -35,7 +35,8 @@ class AgentConfig:
                           "empty and set models.policy.max_tokens"})
     pass_seed: bool = field(
         default=True, metadata={"help": "pass a seed to the model so episodes differ reproducibly: the episode's seed at step 0, "
-                          "then one drawn from (seed, step) (`mirl.agent.episode.step_seed`)"})
+                          "then one drawn from (seed, step) (`mirl.agent.episode.step_seed`); off for a hosted API that refuses "
+                          "a seed (an in-process sampler is always seeded)"})
     token_ids: bool = field(
         default=True, metadata={"help": "when the policy offers a token-level generator (local/... models, engines), "
                                         "build prompts from token ids and store ids and logprobs per step"})

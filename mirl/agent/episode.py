@@ -220,7 +220,7 @@ def _agent_loop(task: Task, session: Session, model: Model, config: AgentConfig,
         sample = None
         try:
             if tokens is not None:
-                gen, sample = tokens.sample(kwargs.get("seed"))
+                gen, sample = tokens.sample(step_seed(seed, len(traj.steps)))  # in-process: always seeded
                 completion = Completion(
                     text=tokens.glue.text(sample.ids), model=traj.models["policy"], input_tokens=gen.prompt_tokens,
                     cached_input_tokens=gen.cached_tokens, output_tokens=len(sample.ids),
@@ -229,8 +229,8 @@ def _agent_loop(task: Task, session: Session, model: Model, config: AgentConfig,
             else:
                 completion = model.complete(messages, n=1, **kwargs)[0]
         except (LLMError, ContextLengthError) as e:
-            if isinstance(e, LLMError) and e.kind != "context_length":
-                raise
+            if (isinstance(e, LLMError) and e.kind != "context_length") or len(traj.steps) <= traj.prefix_len:
+                raise  # at the episode's first sample the window can never fit: a setting to fix, not a failure
             # the model's window is full: the episode ends as at max_context_tokens, and is verified
             # (an infrastructure error would drop a long, failing rollout out of its group)
             clock.add("model_s", t)

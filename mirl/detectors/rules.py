@@ -268,6 +268,7 @@ def binary_as_text(traj: Trajectory) -> list[Flag]:
 IDENTIFIERS = frozenset("ps pgrep pidof ss netstat lsof fuser top htop jobs".split())
 _SUBST_KILL = re.compile(r"\bkill\b[^\n;|&]*?(?:\$\(|`)\s*(?P<inner>[^)`]*)")
 _XARGS_KILL = re.compile(r"(?P<inner>[^\n;&]*?)\|\s*xargs\b[^|;&\n]*?\bkill\b")  # xargs -n 1 kill, -r -I{} kill {}
+_PROBE_KILL = re.compile(r"kill\s+(?:-0|-s\s*0|-n\s*0|--signal[= ]0)\s")  # a `kill -0 $(...)`: nothing killed
 _OPTS_WITH_VALUE = {"-s", "-u", "-U", "-g", "-G", "-t", "-P", "--signal", "-n"}
 
 
@@ -301,13 +302,15 @@ def _inner_pattern(inner: str) -> str:
     return _pattern_of(tokens[1:]) if tokens else ""
 
 
-def _signal_zero(args: tuple[str, ...] | list[str]) -> bool:
-    """Signal 0 (`-0`, `-s 0`, `--signal=0`): checks that a process exists, sends nothing."""
+def _signal_zero(program: str, args: tuple[str, ...] | list[str]) -> bool:
+    """Signal 0 (`kill -0`, `kill -s 0`, `pkill --signal 0`): checks that a process exists, sends
+    nothing. pkill's `-s` is a session and `-n` the newest process, not a signal."""
     args = list(args)
+    options = {"--signal"} | ({"-s", "-n"} if program == "kill" else {"-s"} if program == "killall" else set())
     for i, a in enumerate(args):
-        if a in {"-0", "--signal=0", "-s0", "-n0"}:
+        if a in {"-0", "--signal=0"} or (program != "pkill" and a in {"-s0", "-n0"}):
             return True
-        if a in {"-s", "-n", "--signal"} and i + 1 < len(args) and args[i + 1] == "0":
+        if a in options and i + 1 < len(args) and args[i + 1] == "0":
             return True
     return False
 
@@ -354,7 +357,7 @@ def broad_kill(traj: Trajectory) -> list[Flag]:
         cmd = classify(step.command)
         targets: list[tuple[str, str]] = []  # (how, pattern)
         for seg in cmd.segments:
-            if seg.program in {"pkill", "killall", "kill"} and _signal_zero(seg.args):
+            if seg.program in {"pkill", "killall", "kill"} and _signal_zero(seg.program, seg.args):
                 continue  # `kill -0`, `pkill -0 -f x`: is it alive? a probe, nothing killed
             if seg.program in {"pkill", "killall"}:
                 targets.append((f"{seg.program} {_pattern_of(seg.args)}".strip(), _pattern_of(seg.args)))
@@ -364,10 +367,11 @@ def broad_kill(traj: Trajectory) -> list[Flag]:
                 targets.append(("fuser -k", _inner_pattern("fuser " + " ".join(seg.args))))
         # the text patterns below only where a kill really runs (not `grep 'kill $(pgrep' docs/`), and
         # not a probe: signal 0 kills nothing
-        kills = [seg for seg in cmd.segments if seg.program == "kill"]
-        text = cmd.text if any(not _signal_zero(seg.args) for seg in kills) else ""
+        text = cmd.text if any(seg.program == "kill" for seg in cmd.segments) else ""
         for m in _SUBST_KILL.finditer(text):
             inner = m.group("inner")  # `jobs -p` names the shell's own jobs: not a broad target
+            if _PROBE_KILL.match(m.group(0)):
+                continue
             if re.match(r"\s*(pgrep|pidof|lsof|fuser|ps|ss|netstat)\b", inner):
                 targets.append((f"kill $({short(inner, 40)})", _inner_pattern(inner)))
         for m in _XARGS_KILL.finditer(text):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
+import string
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -325,6 +326,8 @@ def _first_operand(args: tuple[str, ...]) -> str:
     return ""
 
 
+# per program, the short options that take a value: the rest of a cluster after one is that value
+IN_PLACE_VALUES = {"sed": "efl", "perl": "eEMmIxCFld0", "yq": string.ascii_letters}  # yq: -i only on its own
 CURL_VALUES = "XHuAebcwmxrEKCYyzUQ"  # curl's short options that take a value (-XPOST, -Hx: the rest is it)
 
 
@@ -341,15 +344,16 @@ def _short_cluster(arg: str, letters: str, takes_value: str = "") -> bool:
     return False
 
 
-def _in_place(arg: str) -> bool:
+def _in_place(arg: str, takes_value: str) -> bool:
     """sed/perl/yq's in-place option, alone or in a cluster: -i, -i.bak, -Ei, -ri, -pi, --in-place."""
-    return arg.startswith("--in-place") or arg.startswith("-i") or _short_cluster(arg, "i", takes_value="efl")
+    return (arg.startswith("--in-place") or arg.startswith("--inplace") or arg.startswith("-i")
+            or _short_cluster(arg, "i", takes_value))
 
 
 def _kind(program: str, args: tuple[str, ...]) -> str:
     if program in {"echo", "printf"} or program in NEUTRAL_PROGRAMS:
         return NEUTRAL
-    if program in {"sed", "perl", "yq"} and any(_in_place(a) for a in args):
+    if program in IN_PLACE_VALUES and any(_in_place(a, IN_PLACE_VALUES[program]) for a in args):
         return WRITE  # -i, -i.bak, -Ei, -ri, -pi -e, --in-place
     if program in {"awk", "gawk"} and "inplace" in args:
         return WRITE

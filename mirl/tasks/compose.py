@@ -99,7 +99,7 @@ def read(path: Path, rel: str, main: str, add) -> ComposeEnv:
     out.notes += [f"{rel}: {key} is not applied" for key in sorted(set(data) - TOP_KEYS)]
     out.notes += [f"{rel}: services.{main}.{key} is not applied" for key in sorted(set(svc) - SERVICE_KEYS)]
     out.env = _environment(svc.get("environment"), lambda f, m: add(f"services.{main}.{f}", m))
-    _settings(svc, out, f"{rel}: services.{main}", lambda f, m: add(f"services.{main}.{f}", m))
+    _settings(svc, out, f"{rel}: services.{main}")
     build, image = svc.get("build"), svc.get("image")
     if build is not None:
         if isinstance(build, str):
@@ -126,7 +126,8 @@ def read(path: Path, rel: str, main: str, add) -> ComposeEnv:
 
 
 def _size_mb(value: Any) -> int | None:
-    """A compose memory size ("512M", "1.5g", "2GB", a number of bytes) in MB; None when unreadable."""
+    """A compose memory size ("512M", "1.5g", "2GB", a number of bytes) in MB; None when unreadable or 0
+    (Docker's "no limit")."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", str(value), re.I)
     if not m or float(m.group(1)) <= 0:
         return None
@@ -134,23 +135,24 @@ def _size_mb(value: Any) -> int | None:
     return max(1, int(float(m.group(1)) * scale))
 
 
-def _settings(svc: dict[str, Any], out: ComposeEnv, where: str, add) -> None:
+def _settings(svc: dict[str, Any], out: ComposeEnv, where: str) -> None:
     """Resource limits and `network_mode: none` as the task's settings; a command other than a keep-alive
     and volumes other than the log mounts as notes (the sandbox starts its own container)."""
     deploy = svc.get("deploy") if isinstance(svc.get("deploy"), dict) else {}
     resources = deploy.get("resources") if isinstance(deploy.get("resources"), dict) else {}
     limits = resources.get("limits") if isinstance(resources.get("limits"), dict) else {}
+    # a value compose would interpolate (${MEM:-2g}) or cannot read is said, never a reason to refuse the task
     memory = limits.get("memory", svc.get("mem_limit"))
-    if memory is not None:
+    if memory is not None and str(memory).strip() not in ("0", ""):
         out.memory_mb = _size_mb(memory)
         if out.memory_mb is None:
-            add("deploy.resources.limits.memory", f"must look like '512M' or '2G', got {memory!r}")
+            out.notes.append(f"{where}: memory limit {memory!r} is not applied (not a size like '512M')")
     cpus = limits.get("cpus", svc.get("cpus"))
     if cpus is not None:
         try:
-            out.cpus = float(cpus)
+            out.cpus = float(cpus) if float(cpus) > 0 else None  # 0: no limit
         except (TypeError, ValueError):
-            add("deploy.resources.limits.cpus", f"must be a number, got {cpus!r}")
+            out.notes.append(f"{where}: cpus limit {cpus!r} is not applied (not a number)")
     if svc.get("network_mode") == "none":
         out.allow_internet = False
     for key in ("command", "entrypoint"):

@@ -55,6 +55,13 @@ def test_a_full_context_window_ends_the_episode_at_the_token_limit_and_verifies_
     t = run_episode(task, FakeSandbox(reward=0.0), Overflow([bash("ls"), bash("pwd"), SUBMIT]), AgentConfig(max_steps=9))
     assert t.exit_reason == "token_limit" and t.reward == 0.0 and len(t.steps) == 2
     assert "8192" in t.meta["context_error"] and t.error is None
+    # a window that cannot hold even the first reply is a setting to fix: an error, as before
+    class Never(Scripted):
+        def complete(self, messages, n=1, **kw):
+            raise LLMError("context_length", "prompt of 900 tokens + max_tokens 4096 exceeds 2048")
+
+    t = run_episode(task, FakeSandbox(reward=0.0), Never([]), AgentConfig(max_steps=9))
+    assert t.exit_reason == "error" and t.reward is None and "2048" in t.error
     # any other failure of the model still ends the episode as an error, unverified
     class Down(Scripted):
         def complete(self, messages, n=1, **kw):

@@ -143,6 +143,10 @@ def test_token_path_steps_draw_from_their_own_seeds_and_a_prefix_keeps_them(lm, 
     cont = run_episode(task, FakeSandbox(), lm, AgentConfig(max_steps=2, max_output_tokens=4), seed=5,
                        prefix=whole.steps[:1])
     assert calls == [step_seed(5, 1)] and cont.steps[1].completion_ids == whole.steps[1].completion_ids
+    # an in-process sampler is always seeded, per step: `pass_seed` is for hosted APIs that refuse one
+    del calls[:]
+    run_episode(task, FakeSandbox(), lm, AgentConfig(max_steps=2, max_output_tokens=4, pass_seed=False), seed=5)
+    assert calls == [5, step_seed(5, 1)]
 
 
 TOOLS_TEMPLATE = (  # Qwen2.5-style: tool schemas go into the system turn when `tools` is given

@@ -100,6 +100,9 @@ CASES = {
         (traj(("kill -s 0 $(pidof redis-server)", 0, ""),), []),
         (traj(("kill -9 $(jobs -p)", 0, ""),), []),  # the shell's own jobs
         (traj(("grep -rn 'kill $(pgrep' docs/", 0, ""),), []),  # the text of a search, not a kill
+        (traj(("pkill -s 0 -f server", 0, ""),), [0]),  # pkill's -s is a session: this kills
+        (traj(("kill -0 $(pgrep nginx) && kill -9 1234", 0, ""),), []),  # a probe, then an explicit PID
+        (traj(("kill -0 $(pgrep a) && kill $(pgrep b)", 0, ""),), [0]),  # a probe, then a broad kill
     ],
     "submit-without-check": [
         (traj(("sed -i s/a/b/ app.py", 0, ""), (SUBMIT, 0, "")), [1]),

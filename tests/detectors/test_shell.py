@@ -55,6 +55,8 @@ from mirl.detectors.shell import (
         ("sed -ri 's/a/b/' f", [WRITE]),
         ("sed -es/i/j/ f", [READ]),  # the i is the script's
         ("yq -i '.a = 1' f.yaml", [WRITE]),
+        ("perl -Mstrict -we 'print 1'", [EXEC]),  # -M takes a value: no in-place cluster
+        ("perl -pi -e 's/a/b/' f", [WRITE]),
         ("[ -f /app/out.txt ] && echo yes", [TEST, NEUTRAL]),
         ("for f in *.txt; do wc -l $f; done", [READ]),
         ("if [ -f x ]; then rm x; fi", [TEST, WRITE]),

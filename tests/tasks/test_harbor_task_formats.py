@@ -147,6 +147,11 @@ def test_harbor_compose_limits_and_no_network_become_the_tasks_settings(tmp_path
     keep = HARBOR_COMPOSE + "    command: [sh, -c, sleep infinity]\n"
     root = write_harbor(tmp_path / "compose-keep", **{"environment/docker-compose.yaml": keep, "task.toml": bare_toml})
     assert not [n for n in load_task(root).notes if "command" in n]
+    # an interpolated or unreadable limit is said, not a reason to refuse the task; 0 is Docker's "no limit"
+    odd = HARBOR_COMPOSE + "    mem_limit: ${MEM_LIMIT:-2g}\n    cpus: 0\n"
+    root = write_harbor(tmp_path / "compose-odd", **{"environment/docker-compose.yaml": odd, "task.toml": bare_toml})
+    task = load_task(root)
+    assert (task.memory_mb, task.cpus) == (None, None) and any("MEM_LIMIT" in n for n in task.notes)
     # the task file's own settings win
     root = write_harbor(tmp_path / "compose-toml", **{"environment/docker-compose.yaml": compose})
     task = load_task(root)
