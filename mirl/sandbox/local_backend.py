@@ -15,9 +15,11 @@ host's /usr, /bin, /sbin, /lib*, /boot and /opt are read-only there (`READ_ONLY`
 change the host's programs. Nor its users' files: /root and /home are overlays there too (`SHIELDED`:
 the host's files seen, a session's writes its own; read-only where overlayfs is not available), and the
 directories the kit runs from (its working directory, HOME, code and Python) are read-only (a GPU run's
-directory under /root was emptied mid-training, most likely by a sampled `rm`). This keeps a sampled
-command off the kit's files, not a deliberate one: commands still run as root with the host's processes
-(`/proc/<pid>/root`), network, kernel knobs and other files, and may undo a mount.
+directory under /root was emptied mid-training, most likely by a sampled `rm`). Each session's runner is
+PID 1 of a PID namespace of its own with its own /proc, so a command sees and signals only its session's
+processes (a sampled `kill -9 -1` or `pkill` ended a GPU run's whole device call). This keeps a sampled
+command off the kit's files and processes, not a deliberate one: commands still run as root with the
+host's network, kernel knobs and other files, and may undo a mount.
 Otherwise commands run in the temp copy of WORKDIR and absolute paths point at the host (RUN
 lines too: a line writing to /app writes the host's /app). RUN lines that install packages are
 skipped with a warning; install them on the machine yourself.
@@ -82,6 +84,7 @@ PIDS_LIMIT = 1024
 PRIVATE_DIRS = ("/tmp", "/etc")  # the session's own (see LocalSession._private_copies)
 RUNNER_START_S = 15.0
 _unshare_ok: bool | None = None
+_pidns_ok: bool | None = None
 _overlay_ok: dict[str, bool] = {}
 _metacopy_ok: dict[str, bool] = {}
 _unshare_lock = threading.Lock()
@@ -113,6 +116,25 @@ def unshare_works() -> bool:
                     pass
             _unshare_ok = ok
         return _unshare_ok
+
+
+def pid_namespace_works() -> bool:
+    """A session's runner can be PID 1 of a namespace of its own with its own /proc (`prelude`'s "pidns"
+    step; some containers refuse a new /proc). Checked once per process, after `unshare_works`."""
+    global _pidns_ok
+    if not unshare_works():
+        return False
+    with _unshare_lock:
+        if _pidns_ok is None:
+            try:
+                r = subprocess.run(prelude_argv([("unshare",), ("pidns",)], ["true"]), capture_output=True, timeout=10)
+                _pidns_ok = r.returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                _pidns_ok = False
+            if not _pidns_ok:
+                log.warning("local sandbox: no PID namespace of its own for a session; a command can signal every "
+                            "process of this machine's user, the kit's included")
+        return _pidns_ok
 
 
 def overlay_works(lower: str = "/etc") -> bool:
@@ -169,10 +191,12 @@ def _runner_steps(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | Session
     `protect` are read-only and the session's directories are bound over the host paths; a bind whose
     destination is in `overlays` (destination -> mount options: /etc, /root, /home) is an overlay
     rather than a bind. With `namespace` (a descriptor of the session's mount namespace, made by its
-    first runner), that namespace is joined as it is instead."""
+    first runner), that namespace is joined as it is instead. Either way the runner is then PID 1 of a
+    PID namespace of its own, where that works (`pid_namespace_works`)."""
     steps = [join_step(cgroup)] if cgroup is not None else []
+    pidns = [("pidns",)] if pid_namespace_works() else []
     if namespace is not None:
-        return steps + [("setns", namespace)]
+        return steps + [("setns", namespace)] + pidns
     if not binds:
         return steps
     overlays = overlays or {}
@@ -182,7 +206,7 @@ def _runner_steps(binds: list[tuple[bytes, bytes]], cgroup: PidsCgroup | Session
             steps.append(("mount", b"overlay", dest, b"overlay", 0, overlays[dest], f"overlay mount on {dest!r}"))
         else:
             steps.append(("mount", src, dest, None, MS_BIND, None, f"bind mount {src!r} on {dest!r}"))
-    return steps
+    return steps + pidns
 
 
 def _runner_python(dests: list[str]) -> str:

@@ -14,6 +14,12 @@ fails writes `mirl-prelude: WHAT: ERROR` to stderr and exits 126 without running
 - ("unshare",): a private mount namespace, propagation private from `/` down
 - ("mount", source, target, fstype, flags, data, what): mount(2); `what` names it in the error
 - ("mkdirs", path): os.makedirs(path, exist_ok=True)
+- ("pidns",): a private PID namespace: the process forks, the child is its PID 1 and goes on with the
+  next steps (it mounts the namespace's own /proc: give this step after "unshare" or "setns"), the parent
+  waits for it and exits with its code. A command inside can then signal only the namespace's
+  processes: a sampled `kill -9 -1` or `pkill python` on an unconfined GPU machine once ended the kit
+  itself. The child dies with the parent (PR_SET_PDEATHSIG), and the kernel ends the whole namespace with
+  its PID 1, so a host that kills the process it started ends everything inside.
 - ("readonly", paths): each of these directories (where it is one, not a link) bound on itself with what
   is mounted below it and made read-only, its other flags kept: what runs in the namespace cannot change
   the host's programs and libraries (a policy's `chmod` on /bin once took a GPU machine's bash away
@@ -29,7 +35,7 @@ PRELUDE_CODE = r"""
 import ctypes, marshal, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.setns.argtypes = (ctypes.c_int, ctypes.c_int)
-CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x00020000, 0x4000, 1 << 18
+CLONE_NEWNS, CLONE_NEWPID, MS_REC, MS_PRIVATE = 0x00020000, 0x20000000, 0x4000, 1 << 18
 
 def fail(what, err):
     os.write(2, ("mirl-prelude: %s: %s\n" % (what, err)).encode())
@@ -67,6 +73,16 @@ for step in marshal.loads(bytes.fromhex(sys.argv[1])):
             check(libc.mount(path, path, None, 4096 | 16384, None), "bind %r on itself" % path)  # MS_BIND | MS_REC
             check(libc.mount(None, path, None, 32 | 4096 | 1 | own, None),  # MS_REMOUNT | MS_BIND | MS_RDONLY
                   "make %r read-only" % path)
+    elif op == "pidns":
+        check(libc.unshare(CLONE_NEWPID), "unshare PID namespace")
+        child = os.fork()
+        if child:
+            os.closerange(3, 65536)  # the socket and namespace descriptors are the child's now
+            _, status = os.waitpid(child, 0)
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(code if code >= 0 else 128 - code)
+        check(libc.prctl(1, 9, 0, 0, 0), "die with the parent")  # PR_SET_PDEATHSIG, SIGKILL
+        check(libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None), "mount the PID namespace's /proc")
     elif op == "mkdirs":
         try:
             os.makedirs(step[1], exist_ok=True)

@@ -190,14 +190,16 @@ def test_what_is_mounted_inside_the_hosts_etc_shows_in_the_session(tmp_path, tas
 
 
 def test_a_runner_started_after_one_died_joins_the_sessions_mounts(sandbox, task_factory):
-    """An agent's command may kill the runner; the next one joins the session's mount namespace (its
-    processes and files as they were), rather than mounting a second overlay on the same upper layer."""
+    """A runner may die (killed from outside its PID namespace: from inside it is PID 1, which no command
+    can signal); the next one joins the session's mount namespace (its files as they were), rather than
+    mounting a second overlay on the same upper layer."""
     namespaced()
     with sandbox.start(task_factory(dockerfile="FROM x\nWORKDIR /app\n")) as s:
         first = s.runner.proc.pid
         ns = os.stat(f"/proc/{first}/ns/mnt").st_ino
         assert s.run("echo kept > /etc/mirl-kept && echo kept > /app/kept").exit_code == 0
-        s.run(f"kill -9 {first}")
+        os.kill(first, 9)
+        s.runner.proc.wait(timeout=10)
         r = s.run("cat /etc/mirl-kept /app/kept")
         assert s.runner.proc.pid != first and os.stat(f"/proc/{s.runner.proc.pid}/ns/mnt").st_ino == ns
         assert r.exit_code == 0 and r.output == "kept\nkept\n", r.output
@@ -546,3 +548,25 @@ def test_where_a_runner_cannot_join_a_v2_group_sessions_run_without_one(sandbox,
         with sandbox.start(data_task("contract-basic")) as session:
             assert session.cgroup is None and local_backend._V2 == [False]
             assert session.run("echo hi").output == "hi\n"
+
+
+def test_a_command_that_signals_every_process_spares_the_host_and_the_session(sandbox):
+    """A sampled `kill -9 -1` or `pkill -f python` once ended a GPU run's whole device call: a session's
+    commands run in a PID namespace of their own, so they reach only the session's processes."""
+    if not local_backend.pid_namespace_works():
+        missing("root, `unshare` and a PID namespace with its own /proc", "run as root where mounts are allowed")
+    host = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with sandbox.start(data_task("contract-basic")) as s:
+            assert s.run("sleep 30 & echo $!").exit_code == 0
+            seen = s.run("ps -e -o pid= | wc -l").output
+            assert int(seen) < 10, seen  # the session's few processes, not the host's
+            s.run("pkill -9 -f python")  # its own shell's command line names python: that shell goes too
+            r = s.run("kill -9 -1; echo still here")
+            assert r.output == "still here\n", r.output
+            assert host.poll() is None  # the host's python was reached by neither
+            after = s.run("echo again; ps -e -o comm= | grep -c sleep")
+            assert after.output.split()[:2] == ["again", "0"], after.output  # the session's own sleep was killed
+    finally:
+        host.kill()
+        host.wait()
