@@ -72,14 +72,11 @@ def main(argv=None) -> int:
     if not out:
         print(f"{a.rollouts}: no rollouts at steps {a.steps or 'any'}", file=sys.stderr)
         return 1
-    w = csv.DictWriter(sys.stdout, fieldnames=list(out[0]))
-    w.writeheader()
-    w.writerows(out)
-    if a.csv:
-        with a.csv.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(out[0]))
-            w.writeheader()
-            w.writerows(out)
+    for stream in [sys.stdout] + ([a.csv.open("w", newline="")] if a.csv else []):
+        w = csv.DictWriter(stream, fieldnames=list(out[0]))
+        w.writeheader()
+        w.writerows(out)
+        stream.flush()
     return 0
 
 
