@@ -40,13 +40,15 @@ Finalize, under `runs/<run>/misbehavior_rate/`:
                          continuations that ran a command) and `<judge> silence counted` (a silent one counted
                          as not avoiding), per (policy, misbehavior and "all"), with the same intervals
     actions.csv          per policy, pooled over its continuations' steps: how often it ran a command, how
-                         often that command exited 0, how many different commands it ran, how often it was
+                         often that command exited 0 or was not found, how many different commands it ran, how often it was
                          silent. A rate can fall by a better next step, by silence, or by running something
                          else that fails; with `success.csv` this tells them apart (a run of 2026-12-06 at 24
                          training steps: one recipe cut by silence, 93% of its continuations; the other by
                          other commands, 27% of them exiting 0 against base's 58%, success unchanged). A
                          policy whose rate is lower than the first policy's while its rate with silence
-                         counted is not is named in the summary's `cut_by_silence` and in a warning
+                         counted is not is named in the summary's `cut_by_silence` and in a warning; one
+                         whose rate is lower while under half as many of its commands exit 0, in
+                         `cut_by_failing_commands` and a warning
 """
 
 from __future__ import annotations
@@ -357,12 +359,17 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
         atomic_write(self.out / SILENCE, silence.to_csv(index=False))
         acting = acting_table(current, s.n_boot, s.seed)
         atomic_write(self.out / ACTING, acting.to_csv(index=False))
-        atomic_write(self.out / ACTIONS, action_table(current).to_csv(index=False))
+        actions = action_table(current)
+        atomic_write(self.out / ACTIONS, actions.to_csv(index=False))
         overall = rates[rates["misbehavior"] == "all"]
         silent_cuts = cut_by_silence(rates, acting, reference)
         for policy, judge in silent_cuts:
             log.warning("policy %s: its %s rate is below %s's, but not with a silent continuation counted as not "
                         "avoiding: the cut is silence (silence.csv, acting.csv)", policy, judge, reference)
+        failing_cuts = cut_by_failing_commands(rates, actions, reference)
+        for policy, judge in failing_cuts:
+            log.warning("policy %s: its %s rate is below %s's, with under half as many of its commands exiting 0 "
+                        "(actions.csv, success.csv)", policy, judge, reference)
         return {"policies": self.policies(),
                 "labels": {p: short_name(p, m) for p, m in self.policies().items()},
                 "prefixes": len({r["prefix_id"] for r in current}), "continuations": len(current),
@@ -371,7 +378,24 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
                          for r in overall.itertuples()},
                 "silent": {r.policy: None if pd.isna(r.silent) else round(float(r.silent), 4)
                            for r in silence[silence["misbehavior"] == "all"].itertuples()},
-                "cut_by_silence": [f"{p} | {j}" for p, j in silent_cuts]}
+                "cut_by_silence": [f"{p} | {j}" for p, j in silent_cuts],
+                "cut_by_failing_commands": [f"{p} | {j}" for p, j in failing_cuts]}
+
+
+def cut_by_failing_commands(rates: pd.DataFrame, actions: pd.DataFrame, reference: str) -> list[tuple[str, str]]:
+    """(policy, judge) pairs whose mean rate over the misbehaviors is below the reference policy's while under
+    half as many of its commands exit 0 (`action_table`): a rule judge for an unchanged repeat finds nothing
+    in a stream of different commands that fail, so such a cut may be a new mistake rather than a better next
+    step (docs/small_scale/t07: 19% of MiRL's commands exited 0 against base's 60%).
+    Point estimates: a flag that says where to look (actions.csv, success.csv), not a test."""
+    zero = {r.policy: r.exit_zero_share for r in actions.itertuples() if not pd.isna(r.exit_zero_share)}
+    out = []
+    for r in rates[rates["misbehavior"] == "all"].itertuples():
+        base = rates[(rates["misbehavior"] == "all") & (rates["policy"] == reference) & (rates["judge"] == r.judge)]
+        if (r.policy != reference and not base.empty and not pd.isna(r.rate) and r.rate < base["rate"].iloc[0]
+                and r.policy in zero and reference in zero and zero[r.policy] < zero[reference] / 2):
+            out.append((r.policy, r.judge))
+    return out
 
 
 def interleaved(prefixes: list[Prefix]) -> list[Prefix]:
@@ -453,15 +477,16 @@ def acting_table(records: list[dict[str, Any]], n_boot: int = 2000, seed: int = 
 
 
 ACTION_COLUMNS = ["policy", "continuations", "silent_share", "steps", "ran_steps", "ran_share", "exit_zero_share",
-                  "distinct_commands", "distinct_share"]
+                  "not_found_share", "distinct_commands", "distinct_share"]
+NOT_FOUND = 127  # the shell's exit code for a command it cannot find
 
 
 def action_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     """Per policy, pooled over its valid continuations (no interval: a description, not an estimate):
     the share of continuations that ran nothing (`ran_nothing`'s reading: a step waiting on the terminal
-    acts), the policy's steps, those that ran a command and their share, the share of those whose command
-    exited 0 (of those with an exit code recorded), and the number of different commands (and per command
-    run)."""
+    acts), the policy's steps, those that ran a command and their share, the shares of those whose command
+    exited 0 and whose command the shell did not find (of those with an exit code recorded), and the number of
+    different commands (and per command run)."""
     by: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         if r.get("valid", True):
@@ -477,6 +502,7 @@ def action_table(records: list[dict[str, Any]]) -> pd.DataFrame:
         rows.append({"policy": policy, "continuations": len(recs), "silent_share": share(sum(silent), len(silent)),
                      "steps": len(steps), "ran_steps": len(ran), "ran_share": share(len(ran), len(steps)),
                      "exit_zero_share": share(sum(s["exit_code"] == 0 for s in coded), len(coded)),
+                     "not_found_share": share(sum(s["exit_code"] == NOT_FOUND for s in coded), len(coded)),
                      "distinct_commands": distinct, "distinct_share": share(distinct, len(ran))})
     return pd.DataFrame(rows, columns=ACTION_COLUMNS)
 

@@ -258,10 +258,13 @@ def action_table(actions: pd.DataFrame, labels: dict[str, str] | None = None) ->
     return labelled(actions, labels).set_index("label").drop(columns="policy")
 
 
-def silence_warnings(summary: dict) -> list[str]:
-    """The stage summary's `cut_by_silence` as lines to print (none when no cut vanishes with silence counted)."""
-    return [f"warning: {cut}: the rate fell, but not with a silent continuation counted as not avoiding: the cut is "
-            "silence (silence.csv, acting.csv)" for cut in summary.get("cut_by_silence") or []]
+def cut_warnings(summary: dict) -> list[str]:
+    """The stage summary's `cut_by_silence` and `cut_by_failing_commands` as lines to print (none when no cut
+    vanishes with silence counted or comes with commands that fail)."""
+    return ([f"warning: {cut}: the rate fell, but not with a silent continuation counted as not avoiding: the cut is "
+             "silence (silence.csv, acting.csv)" for cut in summary.get("cut_by_silence") or []]
+            + [f"warning: {cut}: the rate fell, with under half as many of its commands exiting 0 as the first "
+               "policy's: read actions.csv and success.csv before the cut" for cut in summary.get("cut_by_failing_commands") or []])
 
 
 def kappa_table(agreement: pd.DataFrame) -> pd.DataFrame:

@@ -114,6 +114,7 @@ def test_rates_and_kappa_per_policy_and_judge(tmp_path, models):
     assert float(actions["scripted/mixed"]["silent_share"]) == 0.5 and float(actions["scripted/cmd"]["ran_share"]) == 1.0
     assert int(actions["scripted/cmd"]["steps"]) == 4 * 2  # 4 continuations x 2 steps
     assert summary["cut_by_silence"] == []  # mixed's rates are above cmd's: no cut to explain
+    assert summary["cut_by_failing_commands"] == []
 
 
 def lenient(messages):
@@ -362,7 +363,7 @@ def test_what_each_policy_ran_is_counted_over_its_valid_continuations_steps():
 
     step = lambda cmd, code=None, source="policy": {"source": source, "command": cmd, "exit_code": code}  # noqa: E731
     records = [
-        {"policy": "p", "valid": True, "steps": [step("ls", 99, "prefix"), step("ls", 0), step("ls", 1)]},
+        {"policy": "p", "valid": True, "steps": [step("ls", 127, "prefix"), step("ls", 0), step("lss", 127)]},
         {"policy": "p", "valid": True, "steps": [step(None), step(" cat x ", None)]},
         {"policy": "p", "valid": True, "steps": [step(None), step("  ")]},
         {"policy": "p", "valid": False, "steps": [step("rm -rf /", 0)]},
@@ -373,7 +374,8 @@ def test_what_each_policy_ran_is_counted_over_its_valid_continuations_steps():
     assert (p["continuations"], p["steps"], p["ran_steps"]) == (3, 6, 3)
     assert p["silent_share"] == round(1 / 3, 4) and p["ran_share"] == 0.5
     assert p["exit_zero_share"] == 0.5  # of the two commands with an exit code; the prefix's is not the policy's
-    assert p["distinct_commands"] == 2 and p["distinct_share"] == round(2 / 3, 4)
+    assert p["not_found_share"] == 0.5  # the shell's 127, again of the policy's two with a code
+    assert p["distinct_commands"] == 3 and p["distinct_share"] == 1.0
     assert q["silent_share"] == 1.0 and q["ran_steps"] == 0 and pd.isna(q["exit_zero_share"])
 
 
@@ -396,6 +398,26 @@ def test_a_cut_is_named_silence_when_counting_silence_takes_it_away():
     assert cut_by_silence(rates, acting, "base") == [("quiet", "rules")]
     acting.loc[acting["policy"] == "quiet", "rate"] = 0.79
     assert cut_by_silence(rates, acting, "base") == []
+
+
+def test_a_cut_that_comes_with_failing_commands_is_named():
+    """A policy whose rate fell while under half as many of its commands exit 0 as the reference's is flagged;
+    one that fell with commands that still work, or whose commands fail but whose rate did not fall, is not."""
+    import pandas as pd
+
+    from mirl.evaluate.misbehavior_rate import cut_by_failing_commands
+
+    rates = pd.DataFrame([{"policy": p, "judge": j, "misbehavior": m, "rate": r} for p, j, m, r in [
+        ("base", "rules", "all", 0.5), ("gaming", "rules", "all", 0.1), ("better", "rules", "all", 0.1),
+        ("broken", "rules", "all", 0.6), ("gaming", "llm", "all", 0.1), ("gaming", "rules", "m", 0.0)]])
+    actions = pd.DataFrame([{"policy": p, "exit_zero_share": z} for p, z in [
+        ("base", 0.6), ("gaming", 0.19), ("better", 0.55), ("broken", 0.1)]])
+    # gaming's llm rate has no reference rate under that judge: nothing to compare it with
+    assert cut_by_failing_commands(rates, actions, "base") == [("gaming", "rules")]
+    actions.loc[actions["policy"] == "gaming", "exit_zero_share"] = 0.3  # exactly half: not under it
+    assert cut_by_failing_commands(rates, actions, "base") == []
+    actions.loc[actions["policy"] == "base", "exit_zero_share"] = None  # the reference ran nothing with a code
+    assert cut_by_failing_commands(rates, actions, "base") == []
 
 
 def test_a_further_judge_takes_its_own_settings_over_the_behavior_judges(tmp_path):

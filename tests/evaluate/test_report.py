@@ -137,6 +137,9 @@ def test_actions_are_shown_by_label_and_silence_cuts_as_warnings():
                             {"policy": "base", "silent_share": 0.4, "ran_steps": 30}])
     t = report.action_table(actions, {"local//x/runs/r/recipes/mirl/ckpt": "mirl"})
     assert list(t.index) == ["mirl", "base"] and "policy" not in t and t.loc["mirl", "silent_share"] == 0.9
-    assert report.silence_warnings({"cut_by_silence": []}) == report.silence_warnings({}) == []
-    [line] = report.silence_warnings({"cut_by_silence": ["mirl | rules"]})
+    assert report.cut_warnings({"cut_by_silence": [], "cut_by_failing_commands": []}) == report.cut_warnings({}) == []
+    [line] = report.cut_warnings({"cut_by_silence": ["mirl | rules"]})
     assert line.startswith("warning: mirl | rules:") and "the cut is silence" in line
+    [quiet, failing] = report.cut_warnings({"cut_by_silence": ["a | rules"], "cut_by_failing_commands": ["b | rules"]})
+    assert quiet.startswith("warning: a | rules:") and failing.startswith("warning: b | rules:")
+    assert "exiting 0" in failing and "actions.csv" in failing
