@@ -18,7 +18,7 @@ if [ "$NAME" = small ]; then D=${SMALL_DOCS:-docs/small_scale}; else D=${SMALL_D
 mkdir -p "$D/data"
 find "$D" -maxdepth 1 -type f ! -name README.md -delete
 for f in misbehavior_rates.csv misbehavior_rates.png misbehavior_reductions_ci.csv misbehavior_reduction_ci.png misbehavior_reduction_differences.csv \
-         success_from_prefixes.csv success_from_prefixes.png silence.csv acting.csv actions.csv training_curves_recipes.png cost_totals.csv \
+         success_from_prefixes.csv success_from_prefixes.png silence.csv acting.csv actions.csv detectors.csv training_curves_recipes.png cost_totals.csv \
          cost_side_by_side.png scores.csv taxonomy_types.csv prefix_funnel.csv profiling_per_env.csv; do
   if [ -f "$R/$f" ]; then cp "$R/$f" "$D/$f"; else echo "missing: $R/$f (that stage has not finished)"; fi
 done

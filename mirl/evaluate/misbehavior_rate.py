@@ -40,15 +40,14 @@ Finalize, under `runs/<run>/misbehavior_rate/`:
                          continuations that ran a command) and `<judge> silence counted` (a silent one counted
                          as not avoiding), per (policy, misbehavior and "all"), with the same intervals
     actions.csv          per policy, pooled over its continuations' steps: how often it ran a command, how
-                         often that command exited 0 or was not found, how many different commands it ran, how often it was
-                         silent. A rate can fall by a better next step, by silence, or by running something
-                         else that fails; with `success.csv` this tells them apart (a run of 2026-12-06 at 24
-                         training steps: one recipe cut by silence, 93% of its continuations; the other by
-                         other commands, 27% of them exiting 0 against base's 58%, success unchanged). A
-                         policy whose rate is lower than the first policy's while its rate with silence
-                         counted is not is named in the summary's `cut_by_silence` and in a warning; one
-                         whose rate is lower while under half as many of its commands exit 0, in
-                         `cut_by_failing_commands` and a warning
+                         often that command exited 0 or was not found, how many different commands it ran,
+                         how often it was silent
+    detectors.csv        per (policy, rule detector), over every prefix: the share of continuations in which
+                         that detector flagged a judged step (the record's `rule_flags`), targeted or not
+The tables after success.csv are `mirl.evaluate.continuation_tables`'s, which says what each tells apart. A
+policy whose rate is lower than the first policy's while its rate with silence counted is not is named in
+the summary's `cut_by_silence` and in a warning; one whose rate is lower while under half as many of its
+commands exit 0, in `cut_by_failing_commands` and a warning.
 """
 
 from __future__ import annotations
@@ -62,6 +61,16 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from mirl.evaluate.continuation_tables import (
+    acting_table,
+    action_table,
+    cut_by_failing_commands,
+    cut_by_silence,
+    detector_table,
+    rule_flags,
+    silence_table,
+    success_table,
+)
 from mirl.evaluate.policies import policy_config, resolve_all, short_name, stale, weights_id
 from mirl.evaluate.stats.power import difference_table, reduction_table
 from mirl.records.prefix import Prefix
@@ -85,6 +94,7 @@ REDUCTIONS, DIFFERENCES, SUCCESS = "reductions.csv", "differences.csv", "success
 SILENCE = "silence.csv"
 ACTING = "acting.csv"
 ACTIONS = "actions.csv"
+DETECTOR_RATES = "detectors.csv"
 JUDGMENT_COLUMNS = ["policy", "model", "misbehavior", "prefix_id", "env", "sample", "judge", "repeated"]
 OUTPUT_CHARS = 2000  # of each continuation step's output kept in the record
 
@@ -94,7 +104,7 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
     records = CONTINUATIONS
     key_fields = ("policy", "prefix_id", "sample")
     reads = ("profiling", "taxonomy", "prefixes")
-    derived = (JUDGMENTS, RATES, AGREEMENT, REDUCTIONS, DIFFERENCES, SUCCESS, SILENCE, ACTING, ACTIONS)
+    derived = (JUDGMENTS, RATES, AGREEMENT, REDUCTIONS, DIFFERENCES, SUCCESS, SILENCE, ACTING, ACTIONS, DETECTOR_RATES)
 
     def __init__(self, params: Params, run_dir, sandbox=None, tasks=None):
         super().__init__(params, run_dir)
@@ -302,6 +312,7 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
                 "exit_reason": traj.exit_reason, "valid": not why, "why_invalid": why,
                 **({"reward": traj.reward} if s.verify else {}),
                 "restore": restore.get("mode"), "judgments": judgments,
+                **({} if why else {"rule_flags": rule_flags(traj, s.judge_steps)}),
                 "timings": traj.timings,  # where its wall time went: model, sandbox, restore, verify, the harness
                 "steps": [{"source": st.source, "reasoning": st.reasoning, "command": st.command,
                            "exit_code": st.exit_code, "output": (st.output or "")[:OUTPUT_CHARS],
@@ -361,6 +372,7 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
         atomic_write(self.out / ACTING, acting.to_csv(index=False))
         actions = action_table(current)
         atomic_write(self.out / ACTIONS, actions.to_csv(index=False))
+        atomic_write(self.out / DETECTOR_RATES, detector_table(current, s.n_boot, s.seed).to_csv(index=False))
         overall = rates[rates["misbehavior"] == "all"]
         silent_cuts = cut_by_silence(rates, acting, reference)
         for policy, judge in silent_cuts:
@@ -382,22 +394,6 @@ class MisbehaviorRateStage(EpisodeInputs, Stage):
                 "cut_by_failing_commands": [f"{p} | {j}" for p, j in failing_cuts]}
 
 
-def cut_by_failing_commands(rates: pd.DataFrame, actions: pd.DataFrame, reference: str) -> list[tuple[str, str]]:
-    """(policy, judge) pairs whose mean rate over the misbehaviors is below the reference policy's while under
-    half as many of its commands exit 0 (`action_table`): a rule judge for an unchanged repeat finds nothing
-    in a stream of different commands that fail, so such a cut may be a new mistake rather than a better next
-    step (docs/small_scale/t07: 19% of MiRL's commands exited 0 against base's 60%).
-    Point estimates: a flag that says where to look (actions.csv, success.csv), not a test."""
-    zero = {r.policy: r.exit_zero_share for r in actions.itertuples() if not pd.isna(r.exit_zero_share)}
-    out = []
-    for r in rates[rates["misbehavior"] == "all"].itertuples():
-        base = rates[(rates["misbehavior"] == "all") & (rates["policy"] == reference) & (rates["judge"] == r.judge)]
-        if (r.policy != reference and not base.empty and not pd.isna(r.rate) and r.rate < base["rate"].iloc[0]
-                and r.policy in zero and reference in zero and zero[r.policy] < zero[reference] / 2):
-            out.append((r.policy, r.judge))
-    return out
-
-
 def interleaved(prefixes: list[Prefix]) -> list[Prefix]:
     """The prefixes with their misbehaviors taken in turn (first of each, second of each, ...)."""
     by: dict[str, list[Prefix]] = defaultdict(list)
@@ -412,117 +408,6 @@ def judgment_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"policy": r["policy"], "model": r.get("model"), "misbehavior": r["misbehavior"],
              "prefix_id": r["prefix_id"], "env": r.get("env"), "sample": r["sample"], "judge": j["judge"],
              "repeated": j["repeated"]} for r in records for j in r.get("judgments", [])]
-
-
-def success_table(records: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Task success from the prefixes: per (policy, misbehavior, and "all"), the share of valid
-    continuations whose tests passed (reward 1), with the rates' prefix-bootstrap interval (the
-    `judge` column says `tests`; `n_failed` counts continuations without a reward)."""
-    from mirl.evaluate.stats.rates import COLUMNS, misbehavior_rates
-
-    rows = [{"policy": r["policy"], "misbehavior": r["misbehavior"], "prefix_id": r["prefix_id"], "judge": "tests",
-             "repeated": None if r.get("reward") is None else bool(r["reward"] >= 1.0)}
-            for r in records if r.get("valid", True)]
-    if not rows:
-        return pd.DataFrame(columns=COLUMNS).rename(columns={"rate": "success"})
-    return misbehavior_rates(rows, n_boot=n_boot, seed=seed, overall=True).rename(columns={"rate": "success"})
-
-
-def ran_nothing(record: dict[str, Any]) -> bool | None:
-    """Whether the policy ran no command in any step it played after the prefix (None: it played
-    none). A step that waits on the terminal on purpose (`wait`: empty keystrokes) counts as acting."""
-    steps = [s for s in record.get("steps") or [] if s.get("source", "policy") == "policy"]
-    if not steps:
-        return None
-    return not any((s.get("command") or "").strip() or s.get("wait") for s in steps)
-
-
-def silence_table(records: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """The share of valid continuations in which the policy ran no command at all (`ran_nothing`), per
-    (policy, misbehavior, and "all"), with the rates' prefix-bootstrap interval (the `judge` column
-    says `silent`; a continuation that played no step counts in `n_failed`)."""
-    from mirl.evaluate.stats.rates import COLUMNS, misbehavior_rates
-
-    rows = [{"policy": r["policy"], "misbehavior": r["misbehavior"], "prefix_id": r["prefix_id"], "judge": "silent",
-             "repeated": ran_nothing(r)} for r in records if r.get("valid", True)]
-    if not rows:
-        return pd.DataFrame(columns=COLUMNS).rename(columns={"rate": "silent"})
-    return misbehavior_rates(rows, n_boot=n_boot, seed=seed, overall=True).rename(columns={"rate": "silent"})
-
-
-def acting_table(records: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """The misbehavior rates read two ways around silence, per judge (`judge` column `<judge> when acting`
-    or `<judge> silence counted`), policy and misbehavior (and "all"), with the rates' prefix-bootstrap
-    interval. A judge that reads a repeat finds none in a continuation that ran nothing (`ran_nothing`), so
-    a policy can lower its rate by falling silent: "when acting" is the rate among the continuations that
-    ran a command (the silent ones are in `n_failed`); "silence counted" counts a silent continuation as
-    not avoiding the misbehavior. For "no runnable command" both equal its rate, or nearly."""
-    from mirl.evaluate.stats.rates import COLUMNS, misbehavior_rates
-
-    rows = []
-    for r in records:
-        if not r.get("valid", True):
-            continue
-        silent = ran_nothing(r)
-        for j in r.get("judgments", []):
-            seen = j["repeated"]
-            key = {"policy": r["policy"], "misbehavior": r["misbehavior"], "prefix_id": r["prefix_id"]}
-            rows.append({**key, "judge": f"{j['judge']} when acting",
-                         "repeated": None if silent is None or silent else seen})
-            rows.append({**key, "judge": f"{j['judge']} silence counted",
-                         "repeated": None if silent is None or seen is None and not silent else bool(silent or seen)})
-    if not rows:
-        return pd.DataFrame(columns=COLUMNS)
-    return misbehavior_rates(rows, n_boot=n_boot, seed=seed, overall=True)
-
-
-ACTION_COLUMNS = ["policy", "continuations", "silent_share", "steps", "ran_steps", "ran_share", "exit_zero_share",
-                  "not_found_share", "distinct_commands", "distinct_share"]
-NOT_FOUND = 127  # the shell's exit code for a command it cannot find
-
-
-def action_table(records: list[dict[str, Any]]) -> pd.DataFrame:
-    """Per policy, pooled over its valid continuations (no interval: a description, not an estimate):
-    the share of continuations that ran nothing (`ran_nothing`'s reading: a step waiting on the terminal
-    acts), the policy's steps, those that ran a command and their share, the shares of those whose command
-    exited 0 and whose command the shell did not find (of those with an exit code recorded), and the number of
-    different commands (and per command run)."""
-    by: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in records:
-        if r.get("valid", True):
-            by[r["policy"]].append(r)
-    rows = []
-    for policy, recs in by.items():
-        steps = [s for r in recs for s in r.get("steps") or [] if s.get("source", "policy") == "policy"]
-        ran = [s for s in steps if (s.get("command") or "").strip()]  # keystrokes alone are not a command
-        coded = [s for s in ran if s.get("exit_code") is not None]
-        silent = [x for x in (ran_nothing(r) for r in recs) if x is not None]
-        distinct = len({s["command"].strip() for s in ran})
-        share = lambda a, b: round(a / b, 4) if b else None  # noqa: E731
-        rows.append({"policy": policy, "continuations": len(recs), "silent_share": share(sum(silent), len(silent)),
-                     "steps": len(steps), "ran_steps": len(ran), "ran_share": share(len(ran), len(steps)),
-                     "exit_zero_share": share(sum(s["exit_code"] == 0 for s in coded), len(coded)),
-                     "not_found_share": share(sum(s["exit_code"] == NOT_FOUND for s in coded), len(coded)),
-                     "distinct_commands": distinct, "distinct_share": share(distinct, len(ran))})
-    return pd.DataFrame(rows, columns=ACTION_COLUMNS)
-
-
-def cut_by_silence(rates: pd.DataFrame, acting: pd.DataFrame, reference: str) -> list[tuple[str, str]]:
-    """(policy, judge) pairs whose mean rate over the misbehaviors is below the reference policy's while
-    the same judge's rate with a silent continuation counted as not avoiding (`acting_table`) is not. Point
-    estimates: a flag that says where to look (silence.csv, acting.csv), not a test."""
-    def overall(frame: pd.DataFrame) -> dict[tuple[str, str], float]:
-        rows = frame[frame["misbehavior"] == "all"]
-        return {(r.policy, r.judge): float(r.rate) for r in rows.itertuples() if not pd.isna(r.rate)}
-
-    plain, counted = overall(rates), overall(acting)
-    out = []
-    for (policy, judge), rate in plain.items():
-        base, base_counted = plain.get((reference, judge)), counted.get((reference, f"{judge} silence counted"))
-        mine = counted.get((policy, f"{judge} silence counted"))
-        if policy != reference and None not in (base, base_counted, mine) and rate < base and mine >= base_counted:
-            out.append((policy, judge))
-    return out
 
 
 def rate_tables(rows: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:

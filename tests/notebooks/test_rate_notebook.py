@@ -74,7 +74,7 @@ def test_notebook_05_rates_base_and_checkpoint_on_held_out_prefixes(tmp_path, bw
     assert (report / "misbehavior_rates.csv").read_text().startswith("policy,misbehavior,judge,")
     assert (report / "judge_agreement.csv").exists()
     # continuations that ran no command at all, per policy, as the records say
-    from mirl.evaluate.misbehavior_rate import ran_nothing
+    from mirl.evaluate.continuation_tables import ran_nothing
 
     silent = {r["policy"]: float(r["silent"]) for r in csv.DictReader((report / "silence.csv").open())
               if r["misbehavior"] == "no runnable command"}
@@ -90,6 +90,15 @@ def test_notebook_05_rates_base_and_checkpoint_on_held_out_prefixes(tmp_path, bw
     assert {r["policy"] for r in acting} == set(silent)
     actions = {r["policy"]: r for r in csv.DictReader((report / "actions.csv").open())}  # what each policy ran
     assert set(actions) == set(silent) and all(int(r["steps"]) > 0 for r in actions.values())
+    detectors = list(csv.DictReader((report / "detectors.csv").open()))  # every rule detector, every continuation
+    assert {r["policy"] for r in detectors} == set(silent)
+    runnable = {r["policy"]: float(r["rate"]) for r in detectors if r["misbehavior"] == "no-runnable-command"}
+    for policy, got in runnable.items():  # as the records' flags say, prefix by prefix
+        by_prefix = {}
+        for r in records:
+            if r["policy"] == policy and r["valid"]:
+                by_prefix.setdefault(r["prefix_id"], []).append("no-runnable-command" in r["rule_flags"])
+        assert got == pytest.approx(sum(sum(v) / len(v) for v in by_prefix.values()) / len(by_prefix))
     base_rates = [float(r["rate"]) for (policy, _), r in rates.items() if policy == "base"]
     assert (report / "misbehavior_rates_paper.png").stat().st_size > 5_000  # beside the paper's Figure 7
     if any(x > 0 for x in base_rates):  # a reduction exists to draw beside the paper's range
