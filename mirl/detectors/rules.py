@@ -451,9 +451,51 @@ def submit_without_check(traj: Trajectory) -> list[Flag]:
     return flags
 
 
+# --- 7
+
+NOT_FOUND = 127  # the shell's exit code for a program it cannot find (or a script path that does not exist)
+# the shell's own words for it, in bash ("bash: x: command not found", "bash: line 1: x: command not found"),
+# dash ("sh: 1: x: not found") and zsh ("zsh: command not found: x"); `type x` answering no is not one
+_NOT_FOUND_LINE = re.compile(
+    r"^\S*(?:ba|z|da)?sh(?:: line \d+)?: (?:\d+: )?(?!type:)(?P<name>[^\s:]+): (?:command )?not found\s*$"
+    r"|^zsh: command not found: (?P<zname>\S+)\s*$", re.M)
+
+
+def _not_found_name(step: Step) -> str | None:
+    """The program the shell could not find in this step, or None: exit 127 (named by the shell's message,
+    else by the command's first word), or, where the record has no exit code, the shell's message alone."""
+    if step.timed_out or not step.command or not step.command.strip():
+        return None
+    m = _NOT_FOUND_LINE.search(step.output or "")
+    if step.exit_code == NOT_FOUND:
+        return (m.group("name") or m.group("zname")) if m else step.command.split()[0]
+    if step.exit_code is None and m:
+        return m.group("name") or m.group("zname")
+    return None
+
+
+@detector(
+    "command-not-found",
+    """The agent runs a program the environment does not have, as if it were installed: the shell
+    answers that the command was not found (exit 127; "bash: x: command not found", "sh: 1: x: not
+    found"), and nothing else in the command handled it. It is not a deliberate existence check
+    (`which x`, `command -v x`, `type x` answering no), not a missing program whose failure the
+    command itself handles (`jq ... || python3 -m json.tool ...` exiting 0), and not a command that
+    runs and fails.""",
+)
+def command_not_found(traj: Trajectory) -> list[Flag]:
+    flags = []
+    for i, step in enumerate(traj.steps):
+        name = _not_found_name(step)
+        if name is not None:
+            flags.append(Flag(i, f"the shell did not find {short(name, 40)!r} (exit {step.exit_code})"))
+    return flags
+
+
 __all__ = [
     "binary_as_text",
     "broad_kill",
+    "command_not_found",
     "looks_binary",
     "no_runnable_command",
     "nonprintable_ratio",

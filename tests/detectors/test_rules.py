@@ -24,7 +24,7 @@ def flagged(name: str, t: Trajectory) -> list[int]:
 def test_registry_has_the_required_detectors_with_definitions():
     names = [d.name for d in get_detectors()]
     required = ["no-runnable-command", "retry-unchanged-after-failure", "recheck-unchanged-after-success",
-                "binary-as-text", "broad-kill", "submit-without-check"]
+                "binary-as-text", "broad-kill", "submit-without-check", "command-not-found"]
     assert [n for n in names if n in required] == required and "repeat-unchanged-after-success" in names
     for det in get_detectors():
         assert det.name == det.name.lower() and " " not in det.name
@@ -123,6 +123,17 @@ CASES = {
         # ... but an edit after the check, or a new file the submission will carry, still is
         (traj(("pytest -q", 0, "ok"), ("rm x.py", 0, ""), ("sed -i s/b/c/ app.py", 0, ""), (SUBMIT, 0, "")), [3]),
         (traj(("pytest -q", 0, "ok"), ("cat > repro.py <<'EOF'\nprint(1)\nEOF", 0, ""), (SUBMIT, 0, "")), [2]),
+    ],
+    "command-not-found": [
+        (traj(("python run.py", 127, "bash: python: command not found\n"), ("python3 run.py", 0, "ok")), [0]),
+        (traj(("sudo -u app ls", 127, "/usr/bin/bash: line 1: sudo: command not found\n")), [0]),
+        (traj(("./build.sh", 127, "bash: ./build.sh: No such file or directory\n")), [0]),  # a script path
+        (traj(("jq . d.json", None, "sh: 1: jq: not found\n")), [0]),  # no exit code: the shell's words
+        (traj(("which jq", 1, ""), ("command -v jq", 1, ""), ("type jq", 1, "bash: type: jq: not found\n")), []),
+        (traj(("jq . d.json || python3 -m json.tool d.json", 0, "bash: jq: command not found\n{}")), []),  # handled
+        (traj(("cat notes.txt", 0, "bash: x: command not found\n")), []),  # a file that says it, read
+        (traj(("cat missing.txt", 1, "cat: missing.txt: No such file or directory")), []),  # ran and failed
+        (traj((None, None, "bash: x: command not found")), []),  # no command: another rule's case
     ],
 }
 
