@@ -105,6 +105,11 @@ class TrainingParams:
                 "the judge can judge (beyond the paper: a continuation that trades the prefix's misbehavior for "
                 "another, e.g. a reply with no runnable command, earns nothing; an LLM judge is asked once per "
                 "misbehavior)"})
+    forbid: list[str] = field(default_factory=list, metadata={
+        "help": "rule detectors r_e also forbids in the judged steps, whatever the prefix's misbehavior (beyond "
+                "the paper), e.g. [command-not-found]: a policy that avoids its misbehavior by running programs "
+                "the environment does not have earns nothing (docs/small_scale/README.md, eleventh run); "
+                "`mirl detect --list` names them"})
     restore: Literal["auto", "rerun", "snapshot"] = field(default="auto", metadata={
         "help": "how a prefix's sandbox state is made: snapshot when the prefix stage kept one (auto), else "
                 "re-running its commands"})

@@ -78,6 +78,7 @@ class GroupPlayer(Continuer):
     misbehaviors: dict[str, ErrorType] = field(default_factory=dict)
     rubric_reward: Callable[[Trajectory, str], Reward] | None = None  # (rollout, env) -> RaR+ reward
     scope: tuple[str, ...] = ()  # `training.judge_scope: taxonomy`: the misbehaviors r_e judges besides the prefix's
+    forbid: tuple[tuple[Any, ErrorType], ...] = ()  # `training.forbid`: (rule judge, detector as misbehavior) pairs
     workers: int = 16
 
     def play(self, start: Start, draw: int, group_size: int, seed: int) -> Group:
@@ -120,6 +121,7 @@ class GroupPlayer(Continuer):
         if self.judges is None or name not in self.misbehaviors:
             raise ValueError(f"no behavior judge for misbehavior {name!r}")
         others = [(self.judges(other), self.misbehaviors[other]) for other in self.scope if other != name]
+        others += [(j, m) for j, m in self.forbid if m.name not in {name, *self.scope}]
         return mirl_reward(traj, traj.prefix_len, None, self.judges(name), self.misbehaviors[name], others)
 
 

@@ -80,6 +80,12 @@ class TrainingStage(EpisodeInputs, Stage):
         if t.judge_scope != "prefix" and t.reward != "mirl":
             problems.append(f"judge_scope {t.judge_scope!r} scopes the behavior judge of reward mirl; reward {t.reward!r} "
                             "has none (leave judge_scope at prefix)")
+        if t.forbid and t.reward != "mirl":
+            problems.append(f"forbid {t.forbid} adds rule detectors to r_e of reward mirl; reward {t.reward!r} has none")
+        unknown = [d for d in t.forbid if d not in known_detectors()]
+        if unknown:
+            problems.append(f"forbid: unknown rule detector(s) {', '.join(map(repr, unknown))}; known: "
+                            f"{', '.join(sorted(known_detectors()))}")
         if t.kl_coef != 0:
             problems.append("kl_coef: only 0 is supported (the paper trains without a KL term)")
         if t.max_tries < t.batch_size:
@@ -111,6 +117,8 @@ class TrainingStage(EpisodeInputs, Stage):
             t.pop(k)
         if t["judge_scope"] == "prefix":  # the only behaviour before the key existed: runs made then resume
             t.pop("judge_scope")
+        if not t["forbid"]:  # likewise
+            t.pop("forbid")
         llm = self.llm_config()
         roles = {"policy": role_fingerprint(llm, "policy")}
         used = {"behavior_judge": t["start"] != "pivot" and t["reward"] == "mirl" and t["judge"] == "llm",
@@ -229,7 +237,7 @@ class TrainingStage(EpisodeInputs, Stage):
             return PivotPlayer(self.trajectories(), client.generator("policy"), step_judge(client, t.pivot_judge),
                                workers=t.workers)
         rubric_reward = self.rubric_reward(client, envs or []) if t.reward == "rubric" else None
-        judges, scope = None, ()
+        judges, scope, forbid = None, (), ()
         if t.reward == "mirl":
             examples = None
             if t.judge == "llm":
@@ -246,11 +254,12 @@ class TrainingStage(EpisodeInputs, Stage):
 
             if t.judge_scope == "taxonomy":
                 scope = taxonomy_scope(misbehaviors, t.judge)
+            forbid = forbidden(t.forbid, t.judge_steps)
         return GroupPlayer(tasks=self.tasks(), trajectories=self.trajectories() if t.start == "prefix" else {},
                            sandbox=self.sandbox(), policy=client.model("policy"),
                            agent=with_limits(self.params.agent, t.max_steps), reward=t.reward, judges=judges,
                            misbehaviors=misbehaviors, rubric_reward=rubric_reward, restore=t.restore,
-                           scope=scope, workers=t.workers)
+                           scope=scope, forbid=forbid, workers=t.workers)
 
     def rubric_reward(self, client, envs: list[str]):
         """RaR+: each environment's rubric (written once, kept in rubrics.jsonl) and the reward of a rollout."""
@@ -489,6 +498,24 @@ def step_metrics(step: int, live: list[Group], tried: list[tuple[int, Group]], l
     for k, v in learn.items():
         row[k] = round(v, 6) if isinstance(v, float) else v
     return row
+
+
+def known_detectors() -> set[str]:
+    from mirl.detectors import DETECTORS
+
+    return set(DETECTORS)
+
+
+def forbidden(detectors: list[str], m: int) -> tuple[tuple[Any, Any], ...]:
+    """(judge, misbehavior) pairs for `training.forbid`: each rule detector as a misbehavior of its own,
+    judged by its rule over the same `m` steps as the prefix's."""
+    from mirl.detectors import get_detectors
+    from mirl.records.taxonomy import ErrorType
+    from mirl.roles.behavior_judge import RuleBehaviorJudge
+
+    judge = RuleBehaviorJudge(m=m)
+    return tuple((judge, ErrorType(d.name, d.definition, provenance=f"rules: {d.name}", status="kept"))
+                 for d in get_detectors(detectors))
 
 
 def taxonomy_scope(misbehaviors: dict[str, Any], judge: str) -> tuple[str, ...]:

@@ -145,6 +145,48 @@ def test_the_papers_judge_scope_keeps_the_training_fingerprint_of_runs_made_befo
     assert {k: v for k, v in wide.items() if k != "judge_scope"} == paper
 
 
+def test_forbidden_rule_detectors_zero_a_rollout_that_avoids_its_misbehavior_by_a_missing_program():
+    """`training.forbid: [command-not-found]`: the real rule judges the same steps as the prefix's judge; a
+    rollout that passes and avoids its own misbehavior but runs a program the shell did not find earns 0."""
+    from mirl.training.stage import forbidden
+
+    def ran(command, code, output):
+        t = traj()
+        t.steps[1] = Step(reasoning="", command=command, exit_code=code, output=output, tokens="sampled",
+                          completion_ids=[8, 2], logprobs=[-0.1, -0.2], observation_ids=[7])
+        return t
+
+    missing = ran("sudo -u app ls", 127, "bash: sudo: command not found\n")
+    start = Start(env="t", prefix=prefix())
+    paper = player(judge=Judge(False))
+    assert paper.score(missing, start).reward == 1.0  # the paper's r_e reads the prefix's misbehavior only
+    strict = player(judge=Judge(False))
+    strict.forbid = forbidden(["command-not-found"], m=2)
+    r = strict.score(missing, start)
+    assert (r.r_o, r.r_e, r.reward, r.seen) == (True, False, 0.0, ("command-not-found",))
+    assert r.judge_source == "rules:command-not-found"
+    assert strict.score(ran("ls -la", 0, "a\n"), start).reward == 1.0  # a program that exists: no change
+
+
+def test_forbid_names_real_detectors_for_the_mirl_reward_and_stays_out_of_old_fingerprints(tmp_path):
+    from pathlib import Path
+
+    from mirl.params import load
+    from mirl.runner.stage import StageError
+    from mirl.training.stage import TrainingStage
+
+    demo = Path(__file__).resolve().parents[2] / "params" / "train" / "demo.yaml"
+    paper = TrainingStage(load(demo), tmp_path).fingerprint()["training"]
+    strict = TrainingStage(load(demo, {"training.forbid": ["command-not-found"]}), tmp_path)
+    strict.validate()
+    assert "forbid" not in paper and strict.fingerprint()["training"]["forbid"] == ["command-not-found"]
+    with pytest.raises(StageError, match="unknown rule detector.*'no-such-rule'.*known: .*command-not-found"):
+        TrainingStage(load(demo, {"training.forbid": ["no-such-rule"]}), tmp_path).validate()
+    with pytest.raises(StageError, match="reward 'outcome' has none"):
+        TrainingStage(load(demo, {"training.forbid": ["command-not-found"], "training.reward": "outcome",
+                                  "training.start": "prefix"}), tmp_path).validate()
+
+
 class SaysFor:
     def __init__(self, name, asked, yes):
         self.name, self.asked, self.yes = name, asked, yes
