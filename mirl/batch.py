@@ -405,6 +405,8 @@ def recipe_budgets(recipes: list[Any], overrides: dict[str, Any]) -> list[str]:
         t = pipeline.load(r.params_file, overrides).training
         caps[r.name] = t.steps * t.max_tries * t.group_size
         reward = f"{t.reward} (judged over the taxonomy)" if t.reward == "mirl" and t.judge_scope == "taxonomy" else t.reward
+        if t.reward == "mirl" and t.forbid:
+            reward += f" (r_e also forbids {', '.join(t.forbid)})"
         lines.append(f"recipe {r.name}: start {t.start}, reward {reward}; {t.steps} steps x {t.batch_size} groups x "
                      f"{t.group_size} rollouts, at most {caps[r.name]} rollouts ({t.max_tries} tries a step)")
     if len(set(caps.values())) > 1:

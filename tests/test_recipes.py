@@ -177,6 +177,9 @@ def test_check_prints_each_recipes_budget_and_warns_when_they_differ(tmp_path):
     (d / "a.yaml").write_text("base: base.yaml\ntraining:\n  recipe: a\n  judge_scope: taxonomy\n")
     assert recipe_budgets(recipes.load(d / "exp.yaml"), {})[0].startswith(
         "recipe a: start prefix, reward mirl (judged over the taxonomy); 2 steps")
+    (d / "a.yaml").write_text("base: base.yaml\ntraining:\n  recipe: a\n  forbid: [command-not-found]\n")
+    assert recipe_budgets(recipes.load(d / "exp.yaml"), {})[0].startswith(
+        "recipe a: start prefix, reward mirl (r_e also forbids command-not-found); 2 steps")
     (d / "b.yaml").write_text("base: base.yaml\ntraining:\n  recipe: b\n  steps: 3\n")
     assert recipe_budgets(recipes.load(d / "exp.yaml"), {})[-1].startswith("warning: the recipes' rollout budgets differ")
 
