@@ -139,12 +139,14 @@ def cut_by_failing_commands(rates: pd.DataFrame, actions: pd.DataFrame, referenc
     step (docs/small_scale/t07: 19% of MiRL's commands exited 0 against base's 60%).
     Point estimates: a flag that says where to look (actions.csv, success.csv), not a test."""
     zero = {r.policy: r.exit_zero_share for r in actions.itertuples() if not pd.isna(r.exit_zero_share)}
+    overall = {(r.policy, r.judge): float(r.rate) for r in rates[rates["misbehavior"] == "all"].itertuples()
+               if not pd.isna(r.rate)}
     out = []
-    for r in rates[rates["misbehavior"] == "all"].itertuples():
-        base = rates[(rates["misbehavior"] == "all") & (rates["policy"] == reference) & (rates["judge"] == r.judge)]
-        if (r.policy != reference and not base.empty and not pd.isna(r.rate) and r.rate < base["rate"].iloc[0]
-                and r.policy in zero and reference in zero and zero[r.policy] < zero[reference] / 2):
-            out.append((r.policy, r.judge))
+    for (policy, judge), rate in overall.items():
+        base = overall.get((reference, judge))
+        if (policy != reference and base is not None and rate < base and policy in zero and reference in zero
+                and zero[policy] < zero[reference] / 2):
+            out.append((policy, judge))
     return out
 
 
